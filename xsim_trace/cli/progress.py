@@ -1,0 +1,16 @@
+"""Progress bars for the CLI (tqdm), off when quiet or when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tqdm import tqdm
+
+#: files / jobs smaller than this get no bar
+PROGRESS_MIN_ITEMS = 100_000
+
+
+def progress_bar(total: int | None, desc: str, *, quiet: bool = False, unit: str = "node", **kwargs: Any) -> tqdm:
+    disable = quiet or (total is not None and total < PROGRESS_MIN_ITEMS) or not sys.stderr.isatty()
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=disable, leave=False, **kwargs)
