@@ -1,0 +1,107 @@
+"""Lossless conversion between protobuf messages and the typed graph model.
+
+Kept: which oneof member of an attribute is set (zero values included), present-but-empty IOInfo,
+unknown enum values (as plain ints), attribute order.  So model -> protobuf -> bytes reproduces
+the bytes the model was read from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xsim_trace.graph.kinds import ATTR_KIND_BY_FIELD, AttrKind, NodeType
+from xsim_trace.graph.model import Attr, GlobalMetadata, IOInfo, Node
+from xsim_trace.schema import pb
+
+_NODE_TYPES = {t.value: t for t in NodeType}
+_NONE = AttrKind.NONE
+
+
+def attr_from_pb(msg: Any) -> Attr:
+    field = msg.WhichOneof("value")
+    if field is None:
+        return Attr(name=msg.name, kind=_NONE, value=None, doc_string=msg.doc_string)
+    kind = ATTR_KIND_BY_FIELD[field]
+    value = getattr(msg, field)
+    if kind.is_list:
+        value = tuple(value.values)
+    return Attr(name=msg.name, kind=kind, value=value, doc_string=msg.doc_string)
+
+
+def attr_to_pb(attr: Attr, msg: Any) -> None:
+    msg.name = attr.name
+    if attr.doc_string:
+        msg.doc_string = attr.doc_string
+    kind = attr.kind
+    if kind is _NONE:
+        return
+    if kind.is_list:
+        holder = getattr(msg, kind.value)
+        holder.SetInParent()
+        holder.values.extend(attr.value)
+    else:
+        setattr(msg, kind.value, attr.value)
+
+
+def _io_from_pb(msg: Any) -> IOInfo:
+    return IOInfo(values=msg.values, shapes=msg.shapes, types=msg.types)
+
+
+def node_from_pb(msg: Any) -> Node:
+    raw_type = msg.type
+    return Node(
+        id=msg.id,
+        name=msg.name,
+        type=_NODE_TYPES.get(raw_type, raw_type),
+        ctrl_deps=tuple(msg.ctrl_deps),
+        data_deps=tuple(msg.data_deps),
+        start_time_micros=msg.start_time_micros,
+        duration_micros=msg.duration_micros,
+        inputs=_io_from_pb(msg.inputs) if msg.HasField("inputs") else None,
+        outputs=_io_from_pb(msg.outputs) if msg.HasField("outputs") else None,
+        attrs=tuple(attr_from_pb(a) for a in msg.attr) if msg.attr else (),
+    )
+
+
+def _io_to_pb(info: IOInfo, msg: Any) -> None:
+    msg.SetInParent()
+    if info.values:
+        msg.values = info.values
+    if info.shapes:
+        msg.shapes = info.shapes
+    if info.types:
+        msg.types = info.types
+
+
+def node_to_pb(node: Node) -> Any:
+    msg = pb.Node()
+    msg.id = node.id
+    if node.name:
+        msg.name = node.name
+    msg.type = int(node.type)
+    if node.ctrl_deps:
+        msg.ctrl_deps.extend(node.ctrl_deps)
+    if node.data_deps:
+        msg.data_deps.extend(node.data_deps)
+    msg.start_time_micros = node.start_time_micros
+    msg.duration_micros = node.duration_micros
+    if node.inputs is not None:
+        _io_to_pb(node.inputs, msg.inputs)
+    if node.outputs is not None:
+        _io_to_pb(node.outputs, msg.outputs)
+    for attr in node.attrs:
+        attr_to_pb(attr, msg.attr.add())
+    return msg
+
+
+def metadata_from_pb(msg: Any) -> GlobalMetadata:
+    return GlobalMetadata(version=msg.version, attrs=tuple(attr_from_pb(a) for a in msg.attr))
+
+
+def metadata_to_pb(meta: GlobalMetadata) -> Any:
+    msg = pb.GlobalMetadata()
+    if meta.version:
+        msg.version = meta.version
+    for attr in meta.attrs:
+        attr_to_pb(attr, msg.attr.add())
+    return msg

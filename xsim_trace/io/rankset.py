@@ -1,0 +1,148 @@
+"""Per-rank trace sets: ``<prefix>.<rank>.et`` (or ``.et.gz``) files plus a comm-group JSON.
+
+The comm-group file is ``<prefix>.comm_groups.json`` with ``{"<pg id>": [ranks...]}``, the form
+ASTRA-sim's ``--comm-group-configuration`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from xsim_trace.errors import FormatError
+from xsim_trace.graph.model import Trace, comm_groups_to_json
+from xsim_trace.io.atomic import atomic_write
+from xsim_trace.io.et import Progress, read_et, write_et
+
+COMM_GROUPS_SUFFIX = ".comm_groups.json"
+_RANK_FILE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+
+
+@dataclass(frozen=True)
+class RankSet:
+    """All ranks of one workload."""
+
+    traces: dict[int, Trace]
+    comm_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    prefix: str = ""
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.traces)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.traces)
+
+
+def find_rank_files(prefix_or_dir: str | os.PathLike[str]) -> tuple[str, dict[int, Path]]:
+    """Resolve a prefix (``out/dlrm`` for ``out/dlrm.0.et`` ...), a directory holding one rank set,
+    or a single rank file, to ``(prefix, {rank: path})``.
+
+    Raises FormatError when nothing matches, when a directory holds several prefixes, or when ranks
+    are missing from 0..N-1.
+    """
+    p = Path(prefix_or_dir)
+    if p.is_dir():
+        stems: dict[str, dict[int, Path]] = {}
+        for child in sorted(p.iterdir()):
+            m = _RANK_FILE.match(child.name)
+            if m:
+                stems.setdefault(m["stem"], {})[int(m["rank"])] = child
+        if not stems:
+            raise FormatError("directory holds no <prefix>.<rank>.et files", file=str(p))
+        if len(stems) > 1:
+            raise FormatError(f"directory holds several rank sets ({', '.join(sorted(stems))}); give a prefix", file=str(p))
+        stem, files = next(iter(stems.items()))
+        prefix = str(p / stem)
+    else:
+        m = _RANK_FILE.match(p.name)
+        if m and p.is_file():
+            prefix = str(p.parent / m["stem"])
+        else:
+            prefix = str(p)
+        parent = Path(prefix).parent
+        stem = Path(prefix).name
+        files = {}
+        if parent.is_dir():
+            for child in sorted(parent.iterdir()):
+                m2 = _RANK_FILE.match(child.name)
+                if m2 and m2["stem"] == stem:
+                    files[int(m2["rank"])] = child
+        if not files:
+            raise FormatError("no rank files <prefix>.<rank>.et found", file=prefix)
+    missing = sorted(set(range(max(files) + 1)) - set(files))
+    if missing:
+        shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        raise FormatError(f"rank files missing for rank(s) {shown}", file=prefix, rank=missing[0])
+    return prefix, dict(sorted(files.items()))
+
+
+def read_comm_groups(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except FileNotFoundError:
+        raise FormatError("no such comm-group file", file=name) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FormatError(f"not valid JSON ({exc})", file=name) from None
+    if not isinstance(raw, dict):
+        raise FormatError("expected an object {\"<id>\": [ranks...]}", file=name)
+    out: dict[str, tuple[int, ...]] = {}
+    for key, ranks in raw.items():
+        if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ranks):
+            raise FormatError("expected a list of non-negative rank numbers", file=name, field=str(key))
+        out[str(key)] = tuple(ranks)
+    return out
+
+
+def read_rank_set(
+    prefix_or_dir: str | os.PathLike[str],
+    progress: Progress | None = None,
+    on_rank: Callable[[int, Path], None] | None = None,
+) -> RankSet:
+    """Read every ``<prefix>.<rank>.et`` and the comm-group JSON if present."""
+    prefix, files = find_rank_files(prefix_or_dir)
+    traces: dict[int, Trace] = {}
+    for rank, path in files.items():
+        if on_rank is not None:
+            on_rank(rank, path)
+        traces[rank] = read_et(path, rank=rank, progress=progress)
+    groups_path = Path(prefix + COMM_GROUPS_SUFFIX)
+    groups = read_comm_groups(groups_path) if groups_path.exists() else {}
+    return RankSet(traces=traces, comm_groups=groups, prefix=prefix)
+
+
+def rank_path(prefix: str | os.PathLike[str], rank: int, compress: bool = False) -> Path:
+    return Path(f"{os.fspath(prefix)}.{rank}.et{'.gz' if compress else ''}")
+
+
+def write_comm_groups(prefix: str | os.PathLike[str], groups: Mapping[str, Iterable[int]]) -> Path:
+    path = Path(os.fspath(prefix) + COMM_GROUPS_SUFFIX)
+    with atomic_write(path) as handle:
+        handle.write(comm_groups_to_json({str(k): list(v) for k, v in groups.items()}) + "\n")
+    return path
+
+
+def write_rank_set(
+    prefix: str | os.PathLike[str],
+    traces: Mapping[int, Trace],
+    comm_groups: Mapping[str, Iterable[int]] | None = None,
+    *,
+    compress: bool = False,
+    progress: Progress | None = None,
+) -> list[Path]:
+    """Write one file per rank (each atomically) and, if given, the comm-group JSON."""
+    paths = []
+    for rank in sorted(traces):
+        path = rank_path(prefix, rank, compress)
+        write_et(path, traces[rank], compress=compress, progress=progress)
+        paths.append(path)
+    if comm_groups is not None:
+        paths.append(write_comm_groups(prefix, comm_groups))
+    return paths
