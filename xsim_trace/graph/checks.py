@@ -1,0 +1,253 @@
+"""Structural checks of single traces and of rank sets.
+
+Checks collect every :class:`Problem` they find; callers then report them (``xsim trace check``)
+or raise the first as a :class:`~xsim_trace.errors.GraphError` (:func:`raise_problems`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from xsim_trace.errors import GraphError
+from xsim_trace.graph.kinds import CollectiveType, NodeType
+from xsim_trace.graph.model import Node, Trace
+
+_KNOWN_TYPES = frozenset(t.value for t in NodeType if t is not NodeType.INVALID)
+#: at most this many problems of one kind per file are listed individually
+MAX_PER_KIND = 50
+
+
+class ProblemKind(enum.Enum):
+    DUPLICATE_ID = "duplicate-id"
+    DANGLING_DEP = "dangling-dep"
+    SELF_DEP = "self-dep"
+    CYCLE = "cycle"
+    UNKNOWN_TYPE = "unknown-type"
+    UNMATCHED_SEND = "unmatched-send"
+    UNMATCHED_RECV = "unmatched-recv"
+    MISSING_PEER = "missing-peer"
+    COLLECTIVE_MISMATCH = "collective-mismatch"
+    GROUP_MEMBERSHIP = "group-membership"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    kind: ProblemKind
+    message: str
+    file: str | None = None
+    rank: int | None = None
+    node: int | None = None
+
+    def __str__(self) -> str:
+        where = []
+        if self.file is not None:
+            where.append(f"file {self.file}")
+        if self.rank is not None:
+            where.append(f"rank {self.rank}")
+        if self.node is not None:
+            where.append(f"node {self.node}")
+        return f"{', '.join(where)}: {self.kind.value}: {self.message}" if where else f"{self.kind.value}: {self.message}"
+
+    def to_error(self) -> GraphError:
+        return GraphError(f"{self.kind.value}: {self.message}", file=self.file, rank=self.rank, node=self.node)
+
+
+class _Collector:
+    def __init__(self, file: str | None, rank: int | None) -> None:
+        self.file, self.rank = file, rank
+        self.problems: list[Problem] = []
+        self._per_kind: Counter[ProblemKind] = Counter()
+
+    def add(self, kind: ProblemKind, message: str, node: int | None = None) -> None:
+        self._per_kind[kind] += 1
+        n = self._per_kind[kind]
+        if n <= MAX_PER_KIND:
+            self.problems.append(Problem(kind, message, self.file, self.rank, node))
+
+    def finish(self) -> list[Problem]:
+        for kind, n in self._per_kind.items():
+            if n > MAX_PER_KIND:
+                self.problems.append(Problem(kind, f"... and {n - MAX_PER_KIND} more of this kind", self.file, self.rank))
+        return self.problems
+
+
+def check_trace(trace: Trace, file: str | None = None) -> list[Problem]:
+    """Duplicate ids, dangling and self dependencies, unknown node types, cycles."""
+    out = _Collector(file or trace.source, trace.rank)
+    seen: dict[int, int] = {}
+    for index, node in enumerate(trace.nodes):
+        if node.id in seen:
+            out.add(ProblemKind.DUPLICATE_ID, f"id also used by record {seen[node.id]} (this is record {index})", node.id)
+        else:
+            seen[node.id] = index
+        if int(node.type) not in _KNOWN_TYPES:
+            label = "INVALID (0)" if int(node.type) == 0 else str(int(node.type))
+            out.add(ProblemKind.UNKNOWN_TYPE, f"node type {label} is not a Chakra node type", node.id)
+    for node in trace.nodes:
+        for kind_name, deps in (("data", node.data_deps), ("ctrl", node.ctrl_deps)):
+            for dep in deps:
+                if dep == node.id:
+                    out.add(ProblemKind.SELF_DEP, f"{kind_name} dependency on itself", node.id)
+                elif dep not in seen:
+                    out.add(ProblemKind.DANGLING_DEP, f"{kind_name} dependency on node {dep}, which is not in the file", node.id)
+    cycle = find_cycle(trace.nodes, seen)
+    if cycle:
+        path = " -> ".join(str(n) for n in cycle[:12]) + (" -> ..." if len(cycle) > 12 else "")
+        out.add(ProblemKind.CYCLE, f"dependency cycle {path} -> {cycle[0]}", cycle[0])
+    return out.finish()
+
+
+def find_cycle(nodes: Sequence[Node], ids: Mapping[int, int] | None = None) -> list[int]:
+    """One dependency cycle as a list of node ids (each depends on the next), or [] if acyclic.
+
+    Kahn's algorithm over known ids; on a residue, walk dependencies inside it until a repeat.
+    """
+    ids = ids if ids is not None else {n.id: i for i, n in enumerate(nodes)}
+    deps_of: dict[int, list[int]] = {}
+    indegree: dict[int, int] = {}
+    users: dict[int, list[int]] = defaultdict(list)
+    for node in nodes:
+        if node.id in deps_of:
+            continue
+        ds = [d for d in node.deps if d in ids and d != node.id]
+        deps_of[node.id] = ds
+        indegree[node.id] = len(ds)
+        for d in ds:
+            users[d].append(node.id)
+    ready = [n for n, k in indegree.items() if k == 0]
+    done = 0
+    while ready:
+        n = ready.pop()
+        done += 1
+        for u in users.get(n, ()):
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                ready.append(u)
+    if done == len(deps_of):
+        return []
+    residue = {n for n, k in indegree.items() if k > 0}
+    start = min(residue)
+    order: list[int] = []
+    position: dict[int, int] = {}
+    current = start
+    while current not in position:
+        position[current] = len(order)
+        order.append(current)
+        current = next(d for d in deps_of[current] if d in residue)
+    return order[position[current]:]
+
+
+def _comm_key(node: Node) -> tuple:
+    return (node.comm_type, node.comm_size_bytes)
+
+
+def check_rank_set(
+    traces: Mapping[int, Trace],
+    comm_groups: Mapping[str, Iterable[int]] | None = None,
+) -> list[Problem]:
+    """Per-trace checks on every rank, then cross-rank ones: every send has a recv with the same
+    (src, dst, tag) and vice versa; collectives of one process group agree across its members."""
+    problems: list[Problem] = []
+    for rank in sorted(traces):
+        problems.extend(check_trace(traces[rank]))
+    problems.extend(check_p2p(traces))
+    problems.extend(check_collectives(traces, comm_groups or {}))
+    return problems
+
+
+def check_p2p(traces: Mapping[int, Trace]) -> list[Problem]:
+    out: list[Problem] = []
+    sends: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    world = set(traces)
+    for rank in sorted(traces):
+        trace = traces[rank]
+        for node in trace.nodes:
+            if node.type == NodeType.COMM_SEND:
+                dst = node.comm_dst
+                if dst is None:
+                    out.append(Problem(ProblemKind.MISSING_PEER, "send without comm_dst", trace.source, rank, node.id))
+                    continue
+                src = node.comm_src if node.comm_src is not None else rank
+                sends[(src, dst, node.comm_tag or 0)].append((rank, node.id))
+            elif node.type == NodeType.COMM_RECV:
+                src = node.comm_src
+                if src is None:
+                    out.append(Problem(ProblemKind.MISSING_PEER, "recv without comm_src", trace.source, rank, node.id))
+                    continue
+                dst = node.comm_dst if node.comm_dst is not None else rank
+                recvs[(src, dst, node.comm_tag or 0)].append((rank, node.id))
+    for key in sorted(set(sends) | set(recvs)):
+        src, dst, tag = key
+        s, r = sends.get(key, []), recvs.get(key, [])
+        if len(s) > len(r):
+            for rank, node in s[len(r):]:
+                why = f"rank {dst} is not in the set" if dst not in world else f"no recv on rank {dst}"
+                out.append(Problem(ProblemKind.UNMATCHED_SEND, f"send {src}->{dst} tag {tag} has {why}",
+                                   traces[rank].source, rank, node))
+        elif len(r) > len(s):
+            for rank, node in r[len(s):]:
+                why = f"rank {src} is not in the set" if src not in world else f"no send on rank {src}"
+                out.append(Problem(ProblemKind.UNMATCHED_RECV, f"recv {src}->{dst} tag {tag} has {why}",
+                                   traces[rank].source, rank, node))
+    return out
+
+
+def check_collectives(traces: Mapping[int, Trace], comm_groups: Mapping[str, Iterable[int]]) -> list[Problem]:
+    """Members of each process group must issue the same sequence of (type, size) collectives."""
+    out: list[Problem] = []
+    world = tuple(sorted(traces))
+    per_group: dict[str, dict[int, list[Node]]] = defaultdict(lambda: defaultdict(list))
+    for rank in world:
+        for node in traces[rank].nodes:
+            if node.type == NodeType.COMM_COLL:
+                per_group[node.pg_name or "0"][rank].append(node)
+    for pg in sorted(per_group):
+        by_rank = per_group[pg]
+        if pg in comm_groups:
+            members = tuple(sorted(comm_groups[pg]))
+        elif pg in ("", "0"):
+            members = world
+        else:
+            members = tuple(sorted(by_rank))  # unknown group: compare the ranks that use it
+        for rank in sorted(by_rank):
+            if rank not in members:
+                first = by_rank[rank][0]
+                out.append(Problem(ProblemKind.GROUP_MEMBERSHIP, f"collective in process group {pg!r}, whose members are {list(members)}",
+                                   traces[rank].source, rank, first.id))
+        present = [r for r in members if r in traces]
+        if len(present) < 2:
+            continue
+        ref_rank = present[0]
+        ref = [_comm_key(n) for n in by_rank.get(ref_rank, [])]
+        for rank in present[1:]:
+            seq = by_rank.get(rank, [])
+            keys = [_comm_key(n) for n in seq]
+            if keys == ref:
+                continue
+            if len(keys) != len(ref):
+                node = seq[min(len(seq), len(ref)) - 1].id if seq and len(seq) > len(ref) else None
+                out.append(Problem(ProblemKind.COLLECTIVE_MISMATCH,
+                                   f"process group {pg!r}: {len(keys)} collectives here, {len(ref)} on rank {ref_rank}",
+                                   traces[rank].source, rank, node))
+                continue
+            i = next(i for i, (a, b) in enumerate(zip(keys, ref)) if a != b)
+            def show(k: tuple) -> str:
+                t = CollectiveType(k[0]).name if k[0] is not None else "?"
+                return f"{t} {k[1]} B"
+            out.append(Problem(ProblemKind.COLLECTIVE_MISMATCH,
+                               f"process group {pg!r}: collective #{i} is {show(keys[i])} here but {show(ref[i])} on rank {ref_rank}",
+                               traces[rank].source, rank, seq[i].id))
+    return out
+
+
+def raise_problems(problems: Sequence[Problem]) -> None:
+    """Raise the first problem as a GraphError (with a count of the rest), if any."""
+    if problems:
+        err = problems[0].to_error()
+        if len(problems) > 1:
+            err = type(err)(f"{err.message} (and {len(problems) - 1} more problems)", **err.context)
+        raise err
