@@ -1,0 +1,50 @@
+"""xsim trace dump | stats | check on real files, through the CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import shared_path
+from xsim_trace.cli.main import main
+
+
+def test_check_names_dangling_dependency(capsys):
+    f = shared_path("chakra_et", "feeder_test_real", "chakra.0.et")
+    assert main(["trace", "check", str(f)]) == 1
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert lines[0].endswith("node 216: dangling-dep: ctrl dependency on node 3, which is not in the file")
+    assert "problem(s)" in out.err
+
+
+def test_check_clean_rank_set(capsys):
+    prefix = shared_path("chakra_et", "astra_custom_ring_8npus") / "custom_allreduce"
+    assert main(["trace", "check", str(prefix)]) == 0
+    assert "8 file(s), no problems" in capsys.readouterr().err
+
+
+def test_stats_json_counts(capsys):
+    f = shared_path("chakra_et", "reference_pytorch_e2e", "chakra_trace.0.et.gz")
+    assert main(["trace", "stats", "--json", str(f)]) == 0
+    d = json.loads(capsys.readouterr().out)[str(f)]
+    assert d["nodes"] == 18050
+    assert d["by_type"] == {"COMP": 18029, "COMM_COLL": 21}
+    assert d["collectives"]["ALL_REDUCE"]["count"] == 15
+    assert d["collectives"]["BROADCAST"]["count"] == 6
+
+
+def test_dump_json_lines(capsys):
+    f = shared_path("chakra_et", "reference_generator", "ALL_REDUCE.0.et")
+    assert main(["trace", "dump", str(f)]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert "metadata" in lines[0]
+    coll = [x for x in lines[1:] if x["type"] == "COMM_COLL"]
+    assert coll and coll[0]["attrs"]["comm_type"] == {"kind": "int64_val", "value": 0}
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.et"
+    bad.write_bytes(b"\x05abc")
+    assert main(["trace", "stats", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.et" in err[0] and "offset 0" in err[0] and "truncated" in err[0]

@@ -1,0 +1,79 @@
+"""Structural checks on hand-built graphs and on the real feeder trace."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import shared_path
+from xsim_trace.errors import GraphError
+from xsim_trace.graph import NodeType, Trace, make_metadata, make_node
+from xsim_trace.graph.checks import ProblemKind, check_rank_set, check_trace, find_cycle, raise_problems
+from xsim_trace.graph.nxview import critical_path, to_networkx
+from xsim_trace.io import read_et
+
+
+def _trace(nodes, rank=0):
+    return Trace(metadata=make_metadata(), nodes=tuple(nodes), rank=rank, source=f"t.{rank}.et")
+
+
+def comp(i, deps=(), us=1):
+    return make_node(i, f"c{i}", NodeType.COMP, data_deps=deps, duration_micros=us)
+
+
+def kinds(problems):
+    return sorted(p.kind.value for p in problems)
+
+
+def test_clean_chain_has_no_problems_and_critical_path():
+    t = _trace([comp(1, us=2), comp(2, [1], us=3), comp(3, [1], us=1), comp(4, [2, 3], us=4)])
+    assert check_trace(t) == []
+    assert critical_path(t) == (9000, [1, 2, 4])
+    g = to_networkx(t)
+    assert sorted(g.edges) == [(1, 2), (1, 3), (2, 4), (3, 4)]
+
+
+def test_cycle_duplicate_dangling_unknown():
+    t = _trace([comp(1, [3]), comp(2, [1]), comp(3, [2]), comp(4, [99]), comp(4), make_node(5, "bad", 42)])
+    probs = check_trace(t)
+    assert kinds(probs) == ["cycle", "dangling-dep", "duplicate-id", "unknown-type"]
+    cyc = next(p for p in probs if p.kind is ProblemKind.CYCLE)
+    assert "1 -> 3 -> 2 -> 1" in cyc.message
+    dangling = next(p for p in probs if p.kind is ProblemKind.DANGLING_DEP)
+    assert dangling.node == 4 and "node 99" in dangling.message
+    assert str(dangling).startswith("file t.0.et, rank 0, node 4: dangling-dep")
+    with pytest.raises(GraphError, match=r"rank 0.*and 3 more problems"):
+        raise_problems(probs)
+    assert find_cycle(_trace([comp(1), comp(2, [1])]).nodes) == []
+
+
+def test_send_recv_matching_across_ranks():
+    send = make_node(1, "s", NodeType.COMM_SEND, comm_src=0, comm_dst=1, comm_tag=5, comm_size=10)
+    recv_ok = make_node(1, "r", NodeType.COMM_RECV, comm_src=0, comm_dst=1, comm_tag=5, comm_size=10)
+    recv_bad_tag = make_node(1, "r", NodeType.COMM_RECV, comm_src=0, comm_dst=1, comm_tag=6, comm_size=10)
+    assert check_rank_set({0: _trace([send], 0), 1: _trace([recv_ok], 1)}) == []
+    probs = check_rank_set({0: _trace([send], 0), 1: _trace([recv_bad_tag], 1)})
+    assert kinds(probs) == ["unmatched-recv", "unmatched-send"]
+    assert any(p.rank == 0 and "tag 5" in p.message for p in probs)
+
+
+def test_collectives_must_agree_within_a_group():
+    def ar(i, size, pg="1"):
+        return make_node(i, "ar", NodeType.COMM_COLL, comm_type=0, comm_size=size, pg_name=pg)
+
+    ok = {0: _trace([ar(1, 64)], 0), 1: _trace([ar(1, 64)], 1), 2: _trace([comp(1)], 2)}
+    assert check_rank_set(ok, {"1": [0, 1]}) == []
+    bad = {0: _trace([ar(1, 64)], 0), 1: _trace([ar(1, 32)], 1)}
+    probs = check_rank_set(bad, {"1": [0, 1]})
+    assert kinds(probs) == ["collective-mismatch"]
+    assert "ALL_REDUCE 32 B here but ALL_REDUCE 64 B on rank 0" in probs[0].message
+    outsider = {0: _trace([ar(1, 64)], 0), 1: _trace([ar(1, 64)], 1), 2: _trace([ar(1, 64)], 2)}
+    assert kinds(check_rank_set(outsider, {"1": [0, 1]})) == ["group-membership"]
+
+
+def test_real_feeder_trace_names_its_dangling_dependency():
+    t = read_et(shared_path("chakra_et", "feeder_test_real", "chakra.0.et"))
+    assert len(t.nodes) == 3664
+    probs = check_trace(t)
+    dangling = [p for p in probs if p.kind is ProblemKind.DANGLING_DEP]
+    assert dangling[0].node == 216 and "node 3" in dangling[0].message
+    assert "chakra.0.et" in str(dangling[0])
