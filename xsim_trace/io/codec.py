@@ -43,6 +43,39 @@ def attr_to_pb(attr: Attr, msg: Any) -> None:
         setattr(msg, kind.value, attr.value)
 
 
+#: interning of decoded attributes: real traces repeat the same (name, kind, value) triples a lot,
+#: so equal attributes share one Attr object (immutable, so sharing is safe).  Bounded.
+_ATTR_CACHE: dict[tuple, Attr] = {}
+_ATTR_CACHE_MAX = 1 << 16
+#: floats are not interned: -0.0 == 0.0 would merge values with different wire bytes
+_UNCACHED = frozenset({"double_val", "double_list", "float_val", "float_list"})
+
+
+def _attrs_from_pb(repeated: Any) -> tuple[Attr, ...]:
+    out = []
+    cache = _ATTR_CACHE
+    for msg in repeated:
+        field = msg.WhichOneof("value")
+        if field is None or msg.doc_string or field in _UNCACHED:
+            out.append(attr_from_pb(msg))
+            continue
+        value = getattr(msg, field)
+        if field.endswith("_list"):
+            value = tuple(value.values)
+        key = (msg.name, field, value)
+        try:
+            attr = cache[key]
+        except KeyError:
+            attr = Attr(name=msg.name, kind=ATTR_KIND_BY_FIELD[field], value=value)
+            if len(cache) >= _ATTR_CACHE_MAX:
+                cache.clear()
+            cache[key] = attr
+        except TypeError:  # unhashable: cannot happen for scalars/tuples, kept for safety
+            attr = Attr(name=msg.name, kind=ATTR_KIND_BY_FIELD[field], value=value)
+        out.append(attr)
+    return tuple(out)
+
+
 def _io_from_pb(msg: Any) -> IOInfo:
     return IOInfo(values=msg.values, shapes=msg.shapes, types=msg.types)
 
@@ -59,7 +92,7 @@ def node_from_pb(msg: Any) -> Node:
         duration_micros=msg.duration_micros,
         inputs=_io_from_pb(msg.inputs) if msg.HasField("inputs") else None,
         outputs=_io_from_pb(msg.outputs) if msg.HasField("outputs") else None,
-        attrs=tuple(attr_from_pb(a) for a in msg.attr) if msg.attr else (),
+        attrs=_attrs_from_pb(msg.attr) if msg.attr else (),
     )
 
 
