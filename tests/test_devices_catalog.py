@@ -1,0 +1,154 @@
+"""Device catalog: aliases, spec-sheet values, user files, errors; compute model numbers by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from xsim_trace.devices import (
+    KernelClass,
+    Precision,
+    classify_kernel,
+    get_device,
+    kernel_time_ns,
+    load_catalog,
+    scale_kernel_ns,
+    tp_scale_ns,
+)
+from xsim_trace.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    "alias, canonical",
+    [
+        ("H100", "H100-SXM5-80GB"),
+        ("h100-sxm", "H100-SXM5-80GB"),
+        ("H100 SXM", "H100-SXM5-80GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),
+        ("NVIDIA H100 PCIe", "H100-PCIE-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+        ("a100", "A100-SXM4-80GB"),
+        ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
+        ("h200", "H200-SXM-141GB"),
+        ("B200", "B200-SXM-180GB"),
+        ("AMD Instinct MI300X", "MI300X"),
+    ],
+)
+def test_aliases_resolve(alias, canonical):
+    assert get_device(alias).name == canonical
+
+
+def test_spec_sheet_values():
+    h100 = get_device("H100")
+    assert h100.peak_flops("bf16") == pytest.approx(989.4e12)
+    assert h100.peak_flops(Precision.FP8) == pytest.approx(1978.9e12)
+    assert h100.hbm_bw_GBps == 3350 and h100.hbm_GiB == 80 and h100.nvlink_bidir_GBps == 900
+    assert h100.nvlink_unidir_GBps == 450
+    a100 = get_device("A100-40GB")
+    assert a100.peak_flops("bf16") == pytest.approx(312e12)
+    assert a100.peak_flops("fp8") == pytest.approx(312e12)  # no fp8 on Ampere: falls back to bf16
+    assert a100.hbm_bw_GBps == 1555
+    v100 = get_device("V100")
+    assert v100.peak_flops("bf16") == pytest.approx(125e12)  # Volta: bf16 falls back to fp16
+    assert get_device("MI300X").hbm_GiB == 192
+    assert get_device("H200").hbm_bw_GBps == 4800
+
+
+def test_unknown_device_lists_known():
+    with pytest.raises(ConfigError, match="unknown device 'K80'.*H100-SXM5-80GB"):
+        get_device("K80")
+
+
+def test_user_file_adds_and_overrides(tmp_path):
+    f = tmp_path / "devs.yaml"
+    f.write_text(
+        "devices:\n"
+        "  H100-derated:\n    base: H100\n    gemm_efficiency: 0.5\n    aliases: [h100d]\n"
+        "  H100:\n    host_op_overhead_ns: 7000\n"
+        "  L4:\n    fp16_tflops: 121\n    hbm_bw_GBps: 300\n    hbm_GiB: 24\n    aliases: [NVIDIA L4]\n"
+    )
+    cat = load_catalog(f)
+    d = cat.get("h100d")
+    assert d.gemm_efficiency == 0.5 and d.bf16_tflops == 989.4
+    assert cat.get("NVIDIA H100 80GB HBM3").host_op_overhead_ns == 7000
+    assert cat.get("nvidia l4").peak_flops("bf16") == pytest.approx(121e12)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("devices:\n  X:\n    hbm_bw_GBps: 1\n    hbm_GiB: 1\n", "missing required field"),
+        ("devices:\n  X:\n    fp16_tflops: -3\n    hbm_bw_GBps: 1\n    hbm_GiB: 1\n", "devices.X.fp16_tflops"),
+        ("devices:\n  X:\n    base: H100\n    gemm_efficiency: 1.5\n", "fraction"),
+        ("devices:\n  X:\n    base: H100\n    colour: red\n", "unknown device field"),
+        ("devices:\n  X:\n    base: nope\n", "base device"),
+        ("devices: [1, 2\n", "not valid YAML"),
+        ("devices:\n  X:\n    base: H100\n    aliases: [A100]\n", "already names device"),
+    ],
+)
+def test_bad_user_files(tmp_path, text, match):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        load_catalog(f)
+    assert str(f) in str(info.value)
+
+
+def test_missing_user_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read device file"):
+        load_catalog(tmp_path / "nope.yaml")
+
+
+def test_gemm_roofline_by_hand():
+    h100 = get_device("H100")
+    n = 8192
+    flops = 2 * n**3
+    # compute bound: flops / (989.4e12 * 0.75) + 2 us overhead
+    expect = flops / (989.4e12 * h100.gemm_efficiency) * 1e9 + h100.kernel_overhead_ns
+    got = kernel_time_ns("gemm", flops, 3 * n * n * 2, h100)
+    assert abs(got - expect) <= 1
+
+
+def test_elementwise_is_memory_bound_by_hand():
+    a100 = get_device("A100-80GB")
+    nbytes = 2 * 1024**3
+    expect = nbytes / (2039e9 * a100.mem_efficiency) * 1e9 + a100.kernel_overhead_ns
+    assert abs(kernel_time_ns(KernelClass.ELEMENTWISE, nbytes / 8, nbytes, a100) - expect) <= 1
+
+
+def test_scale_between_devices():
+    # no flops known: a compute-bound kernel scales with the achievable tensor rates (312 -> 989.4 at
+    # equal efficiency), a memory-bound one with HBM bandwidth (2039 -> 3350); overhead is kept fixed.
+    oh = get_device("A100").kernel_overhead_ns
+    got = scale_kernel_ns(1_000_000, "A100", "H100", "gemm")
+    assert got == round((1_000_000 - oh) * 312 / 989.4 + oh)
+    got = scale_kernel_ns(1_000_000, "A100", "H100", "norm")
+    assert got == round((1_000_000 - oh) * 2039 / 3350 + oh)
+    assert scale_kernel_ns(123, "H100", "h100-sxm", "gemm") == 123
+    # with flops: roofline ratio; a compute-bound GEMM gives the same ratio as the class one
+    n = 8192
+    r = scale_kernel_ns(1_000_000, "A100", "H100", "gemm", flops=2 * n**3, bytes=3 * n * n * 2)
+    assert r == pytest.approx((1_000_000 - oh) * 312 / 989.4 + oh, rel=1e-6)
+
+
+def test_tp_scaling():
+    assert tp_scale_ns(1_000_000, 2, 4) == 500_000
+    assert tp_scale_ns(1_000_000, 4, 1) == 4_000_000
+    # with a device the fixed 2 us overhead is not scaled
+    assert tp_scale_ns(1_002_000, 2, 4, device="H100") == 502_000
+    with pytest.raises(ConfigError):
+        tp_scale_ns(1, 0, 2)
+
+
+@pytest.mark.parametrize(
+    "name, kc",
+    [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", KernelClass.GEMM),
+        ("flash_fwd_kernel", KernelClass.ATTENTION),
+        ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", KernelClass.ELEMENTWISE),
+        ("layer_norm_fwd", KernelClass.NORM),
+        ("multi_tensor_apply_kernel<AdamFunctor>", KernelClass.OPTIMIZER),
+    ],
+)
+def test_classify(name, kc):
+    assert classify_kernel(name) is kc
