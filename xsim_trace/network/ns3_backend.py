@@ -1,0 +1,439 @@
+"""The ``ns3`` network backend: packet-level TCP over the same topology, NS-3 in its own process.
+
+Every vertex of the topology (GPU, NIC, switch, ...) becomes an NS-3 node; every pair of
+directed links between two vertices becomes one point-to-point channel whose two devices
+send at the two links' rates (``bw_GBps`` * 8e9 bit/s) with the link's ``latency_ns`` as
+propagation delay.  A flow is a TCP bulk transfer of ``size_bytes`` along
+``topology.route(src, dst)`` (host routes installed hop by hop; ACKs follow ``route(dst, src)``);
+it finishes when its last byte reaches the sink.
+
+The simulator runs in :mod:`xsim_trace.network.ns3_worker`; this module only speaks its JSON
+protocol.  Every request has a wall-clock timeout: a crash, a hang or a missing extra is a
+:class:`~xsim_trace.errors.BackendError`, never a dead replay.  Worker processes (whose NS-3
+import costs seconds) are pooled per Python process and reused; each backend gets a fresh,
+forked simulation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import heapq
+import importlib.util
+import json
+import logging
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from xsim_trace.errors import BackendError
+from xsim_trace.network.protocol import Flow
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "the ns3 backend needs the optional NS-3 bindings: pip install -e .[ns3]"
+
+
+def ns3_available() -> bool:
+    """True when the ``ns3`` package is installed (checked without importing it: that takes seconds)."""
+    return importlib.util.find_spec("ns3") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Ns3Config:
+    """Packet-level knobs.  Defaults: jumbo frames, large TCP buffers, 1000-packet drop-tail queues."""
+
+    mtu_bytes: int = 9000
+    tcp_buffer_bytes: int = 1 << 25
+    queue_packets: int = 1000
+    send_size_bytes: int = 1 << 16
+    del_ack_count: int = 2
+    #: wall-clock limit for one request to the worker (seconds)
+    timeout_s: float = 300.0
+    #: wall-clock limit for starting a worker (importing NS-3 + warm-up)
+    startup_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if not 576 <= self.mtu_bytes <= 65535:
+            raise BackendError(f"expected an MTU in [576, 65535] bytes, found {self.mtu_bytes}", field="mtu_bytes")
+        for name in ("tcp_buffer_bytes", "queue_packets", "send_size_bytes", "del_ack_count"):
+            if int(getattr(self, name)) < 1:
+                raise BackendError(f"expected a positive integer, found {getattr(self, name)}", field=name)
+        if self.timeout_s <= 0 or self.startup_timeout_s <= 0:
+            raise BackendError("expected positive timeouts", field="timeout_s")
+
+    def wire(self) -> dict[str, int]:
+        d = asdict(self)
+        d.pop("timeout_s")
+        d.pop("startup_timeout_s")
+        return d
+
+
+# --------------------------------------------------------------------------------------------
+# topology -> worker description
+
+
+@dataclass(frozen=True, slots=True)
+class _TopologySpec:
+    vertex_index: dict[Hashable, int]
+    links: list[list[float]]  # [u, v, bps u->v, bps v->u, delay_ns]
+    link_count: int
+
+    def wire(self) -> dict[str, Any]:
+        return {"n_vertices": len(self.vertex_index), "links": self.links}
+
+
+def _link_ends(link: Any) -> tuple[Hashable, Hashable]:
+    for a, b in (("src", "dst"), ("u", "v"), ("head", "tail")):
+        if hasattr(link, a) and hasattr(link, b):
+            return getattr(link, a), getattr(link, b)
+    raise BackendError(f"topology link {link!r} has no src/dst")
+
+
+def _topology_links(topology: Any) -> list[Any]:
+    links = getattr(topology, "links", None)
+    if links is None:
+        raise BackendError("the topology exposes no links", field="links")
+    if isinstance(links, dict):
+        links = list(links.values())
+    return list(links)
+
+
+def topology_spec(topology: Any) -> _TopologySpec:
+    """Vertices numbered by first appearance in ``topology.links``; directed links paired into channels."""
+    index: dict[Hashable, int] = {}
+    for v in getattr(topology, "vertices", ()) or ():
+        index.setdefault(v, len(index))
+    pairs: dict[tuple[int, int], list[float]] = {}
+    count = 0
+    for link in _topology_links(topology):
+        a, b = _link_ends(link)
+        bw = float(getattr(link, "bw_GBps"))
+        lat = int(getattr(link, "latency_ns"))
+        if bw <= 0 or lat < 0:
+            raise BackendError(f"link {a}->{b}: expected bw_GBps > 0 and latency_ns >= 0, found {bw}, {lat}")
+        count += 1
+        u, v = index.setdefault(a, len(index)), index.setdefault(b, len(index))
+        if u == v:
+            continue
+        bps = round(bw * 8e9)
+        key = (min(u, v), max(u, v))
+        if key not in pairs:  # one direction seen: the other defaults to the same rate until seen
+            pairs[key] = [key[0], key[1], bps, bps, lat, 0]
+        entry = pairs[key]
+        seen_bit = 1 if u == key[0] else 2
+        if entry[5] & seen_bit:
+            log.warning("parallel links %s->%s: NS-3 keeps the first one", a, b)
+            continue
+        entry[2 if u == key[0] else 3] = bps
+        if entry[5] and lat != entry[4]:
+            log.info("link %s->%s: asymmetric latency, NS-3 uses %d ns both ways", a, b, entry[4])
+        entry[5] |= seen_bit
+    links = [e[:5] for e in pairs.values()]
+    return _TopologySpec(index, links, count)
+
+
+def route_vertices(topology: Any, src: int, dst: int) -> list[Hashable]:
+    """``topology.route(src, dst)`` as a vertex sequence (it may return links or vertices)."""
+    try:
+        path = list(topology.route(src, dst))
+    except BackendError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - another package's error type, re-raised as ours
+        raise BackendError(f"no route from {src} to {dst}: {exc}") from exc
+    if not path:
+        return []
+    first = path[0]
+    if hasattr(first, "bw_GBps") or hasattr(first, "latency_ns"):
+        verts = [_link_ends(first)[0]]
+        for link in path:
+            a, b = _link_ends(link)
+            if a != verts[-1]:
+                raise BackendError(f"route {src}->{dst} is not a connected chain of links at {a}")
+            verts.append(b)
+        return verts
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# worker processes
+
+
+class _Worker:
+    """One ``ns3_worker`` process; request/response with a wall-clock timeout per request."""
+
+    def __init__(self, startup_timeout_s: float) -> None:
+        self.stderr = tempfile.TemporaryFile(mode="w+b")
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "xsim_trace.network.ns3_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BackendError(f"cannot start the NS-3 worker: {exc}") from exc
+        self._buf = b""
+        self.in_session = False
+        t0 = time.perf_counter()
+        hello = self._read(startup_timeout_s, "start-up")
+        if not hello.get("ok"):
+            self.kill()
+            raise BackendError(f"NS-3 worker failed to start: {hello.get('error')}; {INSTALL_HINT}")
+        self.startup_s = time.perf_counter() - t0
+        self.import_s = float(hello.get("import_s", 0.0))
+        self.version = hello.get("version")
+        log.info("NS-3 worker pid %d ready in %.1f s (import %.1f s)", self.proc.pid, self.startup_s, self.import_s)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _stderr_tail(self) -> str:
+        try:
+            self.stderr.seek(0)
+            lines = [ln for ln in self.stderr.read().decode(errors="replace").splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        lines = [ln for ln in lines if "materialize symbols" not in ln]  # harmless cling noise
+        return f" (worker stderr: {lines[-1][:300]})" if lines else ""
+
+    def _read(self, timeout_s: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    raise BackendError(
+                        f"NS-3 worker gave no answer to {what} within {timeout_s:g} s; killed it{self._stderr_tail()}"
+                    )
+                if not sel.select(left):
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    code = self.proc.wait()
+                    raise BackendError(f"NS-3 worker died during {what} (exit {code}){self._stderr_tail()}")
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            self.kill()
+            raise BackendError(f"NS-3 worker sent a garbled reply to {what}: {line[:200]!r}") from exc
+
+    def request(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        if not self.alive():
+            raise BackendError(f"NS-3 worker is not running{self._stderr_tail()}")
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise BackendError(f"NS-3 worker pipe closed{self._stderr_tail()}") from exc
+        reply = self._read(timeout_s, repr(msg.get("op")))
+        if reply.get("dead"):
+            self.in_session = False
+        if not reply.get("ok"):
+            raise BackendError(f"NS-3 {msg.get('op')}: {reply.get('error')}")
+        return reply
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+        self.in_session = False
+
+    def quit(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b'{"op": "quit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+
+
+_IDLE: list[_Worker] = []
+
+
+def _acquire(startup_timeout_s: float) -> _Worker:
+    while _IDLE:
+        w = _IDLE.pop()
+        if w.alive():
+            return w
+    return _Worker(startup_timeout_s)
+
+
+def _release(w: _Worker) -> None:
+    if w.alive() and not w.in_session:
+        _IDLE.append(w)
+
+
+@atexit.register
+def shutdown_workers() -> None:
+    """Stop the pooled idle workers (also run at interpreter exit)."""
+    while _IDLE:
+        _IDLE.pop().quit()
+
+
+# --------------------------------------------------------------------------------------------
+# the backend
+
+
+class Ns3Backend:
+    """:class:`~xsim_trace.network.protocol.NetworkBackend` over a packet-level NS-3 simulation.
+
+    ``advance(t)`` runs NS-3 to ``t``; ``next_completion_ns()`` is answered by a forked copy of
+    the simulation that runs ahead to the first completion and is discarded (cached until the
+    next ``start_flow``), so asking costs up to one extra simulation of that interval.
+    """
+
+    name: ClassVar[str] = "ns3"
+
+    def __init__(self, topology: Any, config: Ns3Config | None = None) -> None:
+        if not ns3_available():
+            raise BackendError(INSTALL_HINT)
+        self.config = config or Ns3Config()
+        self.topology = topology
+        self.spec = topology_spec(topology)
+        self._worker = _acquire(self.config.startup_timeout_s)
+        self._now_ns = 0
+        self._local: list[tuple[int, int]] = []  # (finish_ns, flow_id) of flows NS-3 never sees
+        self._active: set[int] = set()
+        self._routes: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        self.flows_started = 0
+        self.wall_s = 0.0
+        t0 = time.perf_counter()
+        try:
+            self._worker.request(
+                {"op": "session", "topology": self.spec.wire(), "config": self.config.wire()},
+                self.config.timeout_s,
+            )
+        except BackendError:
+            self._worker.kill()
+            raise
+        self._worker.in_session = True
+        self.wall_s += time.perf_counter() - t0
+        self._closed = False
+
+    # -- protocol ----------------------------------------------------------------------------
+    def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self._closed:
+            raise BackendError("the ns3 backend is closed")
+        t0 = time.perf_counter()
+        try:
+            return self._worker.request(msg, self.config.timeout_s)
+        except BackendError:
+            self._closed = True
+            self._worker.kill()
+            raise
+        finally:
+            self.wall_s += time.perf_counter() - t0
+
+    def _paths(self, src: int, dst: int) -> tuple[list[int], list[int]]:
+        key = (src, dst)
+        if key not in self._routes:
+            idx = self.spec.vertex_index
+            try:
+                fwd = [idx[v] for v in route_vertices(self.topology, src, dst)]
+                rev = [idx[v] for v in route_vertices(self.topology, dst, src)]
+            except KeyError as exc:
+                raise BackendError(f"route {src}->{dst} passes vertex {exc.args[0]!r}, not in the topology") from None
+            self._routes[key] = (fwd, rev)
+        return self._routes[key]
+
+    def start_flow(self, flow: Flow, now_ns: int) -> None:
+        if now_ns < self._now_ns:
+            raise BackendError(f"flow {flow.flow_id} starts at {now_ns} ns, before the clock ({self._now_ns} ns)")
+        if flow.size_bytes < 0:
+            raise BackendError(f"flow {flow.flow_id}: negative size {flow.size_bytes}", field="size_bytes")
+        if flow.flow_id in self._active:
+            raise BackendError(f"flow {flow.flow_id} is already active")
+        self._now_ns = now_ns
+        self.flows_started += 1
+        if flow.size_bytes == 0 or flow.src == flow.dst:
+            heapq.heappush(self._local, (now_ns, flow.flow_id))
+            self._active.add(flow.flow_id)
+            return
+        fwd, rev = self._paths(flow.src, flow.dst)
+        if len(fwd) < 2:
+            heapq.heappush(self._local, (now_ns, flow.flow_id))
+            self._active.add(flow.flow_id)
+            return
+        self._call({"op": "start", "id": flow.flow_id, "size": flow.size_bytes, "t": now_ns, "path": fwd, "rpath": rev})
+        self._active.add(flow.flow_id)
+
+    def next_completion_ns(self) -> int | None:
+        local = self._local[0][0] if self._local else None
+        if len(self._active) == len(self._local):
+            return local
+        t = self._call({"op": "next"})["t"]
+        if t is None:
+            return local
+        return int(t) if local is None else min(local, int(t))
+
+    def advance(self, now_ns: int) -> list[int]:
+        if now_ns < self._now_ns:
+            raise BackendError(f"advance to {now_ns} ns goes back in time (clock {self._now_ns} ns)")
+        self._now_ns = now_ns
+        done: list[tuple[int, int]] = []
+        while self._local and self._local[0][0] <= now_ns:
+            done.append(heapq.heappop(self._local))
+        if len(self._active) > len(self._local) + len(done):
+            for fid, t in self._call({"op": "advance", "t": now_ns})["done"]:
+                done.append((int(t), int(fid)))
+        done.sort()
+        for _, fid in done:
+            self._active.discard(fid)
+        return [fid for _, fid in done]
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """End the simulation and return the worker to the pool (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._worker.request({"op": "close"}, self.config.timeout_s)
+            self._worker.in_session = False
+        except BackendError:
+            self._worker.kill()
+        _release(self._worker)
+
+    def __enter__(self) -> Ns3Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort; close() is the contract
+        try:
+            if not getattr(self, "_closed", True):
+                self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def make_ns3_backend(topology: Any, **options: Any) -> Ns3Backend:
+    """Registry factory: ``make_backend("ns3", topology)``; options are :class:`Ns3Config` fields."""
+    if not ns3_available():
+        raise BackendError(INSTALL_HINT)
+    return Ns3Backend(topology, Ns3Config(**options) if options else None)
+
+
+def hop_counts(topology: Any, pairs: Iterable[tuple[int, int]]) -> Sequence[int]:
+    """Number of links on each pair's route (diagnostics for comparisons)."""
+    return [max(0, len(route_vertices(topology, s, d)) - 1) for s, d in pairs]
