@@ -76,3 +76,28 @@ KIND_OF: dict[str, AttrKind] = {
     META_DEVICE: AttrKind.STRING,
     META_COMM_GROUPS: AttrKind.STRING,
 }
+
+# --- heterogeneity rewriter (xsim_trace.rewrite) ------------------------------------------------
+PHASE = "phase"  # string: fwd / bwd of a pipeline op
+PIPELINE = "pipeline"  # int64: DP replica (pipeline) index of a rank or node
+PIPE_STAGE = "pipeline_stage"  # int64: pipeline stage index
+MODEL_CHUNK = "model_chunk"  # int64: model chunk (interleaved 1F1B) of a node
+PP_BOUNDARY = "pp_boundary"  # string: "p<pipe>:v<from>->v<to>" of a stage-boundary comm node
+COMM_ROOT = "comm_root"  # int32: root rank of a BROADCAST / GATHER / SCATTER
+RING_ORDER = "ring_order"  # int64_list: ranks of a ring collective in ring order
+META_TP = "tp_degree"  # int64: TP degree of a rank's stage
+META_DEVICE_GROUP = "device_group"  # string: plan device group of a rank
+META_PLAN = "plan"  # string: name of the deployment plan a trace was rewritten for
+
+KIND_OF.update({
+    PHASE: AttrKind.STRING,
+    PIPELINE: AttrKind.INT64,
+    PIPE_STAGE: AttrKind.INT64,
+    MODEL_CHUNK: AttrKind.INT64,
+    PP_BOUNDARY: AttrKind.STRING,
+    COMM_ROOT: AttrKind.INT32,
+    RING_ORDER: AttrKind.INT64_LIST,
+    META_TP: AttrKind.INT64,
+    META_DEVICE_GROUP: AttrKind.STRING,
+    META_PLAN: AttrKind.STRING,
+})
