@@ -1,0 +1,1 @@
+"""Parameter sweeps over (plan, cluster, backend) and backend comparisons."""
