@@ -101,3 +101,8 @@ KIND_OF.update({
     META_DEVICE_GROUP: AttrKind.STRING,
     META_PLAN: AttrKind.STRING,
 })
+
+# --- converter provenance (xsim-convert) --------------------------------------------------------
+MODULE = "module"  # string: innermost nn.Module / annotation scope a node ran under (Megatron names)
+LAUNCH_OP = "launch_op"  # string: the CPU op that launched a GPU node
+KIND_OF.update({MODULE: AttrKind.STRING, LAUNCH_OP: AttrKind.STRING})

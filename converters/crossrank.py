@@ -1,0 +1,144 @@
+"""Cross-rank processing of NCCL operations: process groups, issue order, send/recv pairing.
+
+Each rank lists its NCCL operations in issue order.  Within a process group every member issues
+the same sequence, so the k-th operation of a group is the same collective on all its members:
+``k`` becomes the tag that pairs the sends and receives it is made of.
+
+An all-to-all (NCCL runs it as grouped SendRecv) becomes, on each rank, one SEND and one RECV per
+peer, ordered by a round-robin pairing (the circle method): in round ``r`` every member exchanges
+with exactly one partner, the lower rank sending first.  Any simulator that serialises a rank's
+p2p operations, blocking or not, therefore completes it without deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from xsim_trace.graph import attrs as A
+from xsim_trace.graph.kinds import CollectiveType, NodeType
+
+from converters.nccl import CommInfo, CommKind
+
+log = logging.getLogger(__name__)
+
+#: tags of direct send/recv pairs start here (all-to-all tags are the group-local issue index)
+P2P_TAG_BASE = 1 << 20
+ALLTOALL_MODES = ("p2p", "coll")
+
+
+@dataclass(slots=True)
+class RankOps:
+    """What cross-rank processing needs from one rank: its ops in issue order (objects with
+    ``.node`` (a GNode), ``.info`` (CommInfo), ``.issue_ns``)."""
+
+    rank: int
+    ops: list
+
+
+def circle_rounds(members: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """Round-robin pairings of ``members``: each round a set of disjoint pairs; every pair once."""
+    players: list[int | None] = list(members)
+    if len(players) % 2:
+        players.append(None)
+    n = len(players)
+    rounds = []
+    for r in range(n - 1):
+        pairs = []
+        for i in range(n // 2):
+            a, b = players[i], players[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((min(a, b), max(a, b)))
+        rounds.append(sorted(pairs))
+        players = [players[0], players[-1], *players[1:-1]]
+    return rounds
+
+
+def alltoall_schedule(rank: int, members: Sequence[int]) -> list[tuple[int, bool]]:
+    """(peer, send_first) per round for ``rank``."""
+    out = []
+    for pairs in circle_rounds(sorted(members)):
+        for a, b in pairs:
+            if rank == a:
+                out.append((b, True))
+            elif rank == b:
+                out.append((a, False))
+    return out
+
+
+def group_members(info: CommInfo, world_size: int) -> tuple[int, ...]:
+    if info.group_ranks:
+        return tuple(sorted(info.group_ranks))
+    return tuple(range(world_size))
+
+
+def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> dict[str, tuple[int, ...]]:
+    """Set the Chakra comm attributes on every comm node; return the comm groups.
+
+    ``alltoall``: "p2p" (per-peer SEND/RECV, default) or "coll" (one COMM_COLL ALL_TO_ALL).
+    """
+    groups: dict[str, tuple[int, ...]] = {}
+    sequences: dict[str, dict[int, list[str]]] = {}
+    for r in ranks:
+        issue: dict[str, int] = {}
+        pair_count: dict[tuple[str, int, int], int] = {}
+        for op in sorted(r.ops, key=lambda o: (o.issue_ns, o.node.seq)):
+            info: CommInfo = op.info
+            members = group_members(info, world_size)
+            pg = info.pg_name or "0"
+            if pg not in groups or len(members) > len(groups[pg]):
+                groups[pg] = members
+            index = issue.get(pg, 0)
+            issue[pg] = index + 1
+            what = info.coll.name if info.coll is not None else info.kind.value
+            sequences.setdefault(pg, {}).setdefault(r.rank, []).append(what)
+            node = op.node
+            node.attrs[A.PG_NAME] = pg
+            if info.kind is CommKind.COLLECTIVE:
+                if info.coll is CollectiveType.ALL_TO_ALL and alltoall == "p2p" and len(members) > 1:
+                    _expand_alltoall(node, info, r.rank, members, index)
+                else:
+                    node.attrs[A.COMM_TYPE] = int(info.coll)  # type: ignore[arg-type]
+                    node.attrs[A.COMM_SIZE] = info.size_bytes
+                continue
+            peer = info.peer
+            if peer is None:
+                log.warning("rank %d: %s without a known peer; kept as compute", r.rank, node.name)
+                node.type = NodeType.COMP
+                node.timed = True
+                continue
+            src, dst = (r.rank, peer) if info.kind is CommKind.SEND else (peer, r.rank)
+            key = (pg, src, dst)
+            tag = P2P_TAG_BASE + pair_count.get(key, 0)
+            pair_count[key] = pair_count.get(key, 0) + 1
+            node.type = NodeType.COMM_SEND if info.kind is CommKind.SEND else NodeType.COMM_RECV
+            node.attrs.update({A.COMM_SRC: src, A.COMM_DST: dst, A.COMM_TAG: tag, A.COMM_SIZE: info.size_bytes})
+    for pg, per_rank in sorted(sequences.items()):
+        seqs = {tuple(v) for v in per_rank.values()}
+        if len(seqs) > 1:
+            log.warning("process group %s: ranks issue different NCCL sequences (%s)", pg,
+                        "; ".join(f"rank {k}: {len(v)} ops" for k, v in sorted(per_rank.items())))
+    if "0" not in groups and world_size:
+        groups["0"] = tuple(range(world_size))
+    return groups
+
+
+def _expand_alltoall(node, info: CommInfo, rank: int, members: Sequence[int], tag: int) -> None:
+    n = len(members)
+    send_bytes = info.in_bytes // n
+    recv_bytes = (info.out_bytes or info.in_bytes) // n
+    parts = []
+    base = node.name
+    for peer, send_first in alltoall_schedule(rank, members):
+        send = (NodeType.COMM_SEND, f"{base} send->{peer}",
+                {A.COMM_SRC: rank, A.COMM_DST: peer, A.COMM_TAG: tag, A.COMM_SIZE: send_bytes})
+        recv = (NodeType.COMM_RECV, f"{base} recv<-{peer}",
+                {A.COMM_SRC: peer, A.COMM_DST: rank, A.COMM_TAG: tag, A.COMM_SIZE: recv_bytes})
+        parts.extend([send, recv] if send_first else [recv, send])
+    node.attrs[A.COMM_TYPE] = int(CollectiveType.ALL_TO_ALL)  # which collective the p2p nodes form
+    node.expand = parts
+
+
+def comm_groups_json_ready(groups: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+    return {k: sorted(v) for k, v in groups.items()}

@@ -1,0 +1,536 @@
+"""Kineto (PyTorch profiler) traces -> per-rank Chakra graphs with the dependencies the trace shows.
+
+Per rank, for one ProfilerStep (or the whole capture):
+
+* Host: each CPU thread becomes a chain of segments cut at every GPU launch and every
+  synchronising call; a segment is named after the innermost op (and nn.Module / annotation scope)
+  it ran in.  Secondary threads (autograd) start each burst after the main-thread node that ended
+  last before it, and the main thread resumes after the burst ends.
+* Device: kernels / memcpys / memsets depend on their launch (``correlation``) and on the previous
+  op of their CUDA stream; ``cudaStreamWaitEvent`` adds the cross-stream edge (recorded event's
+  stream -> the next launch's stream); synchronize calls wait for the work they wait on.  Edges the
+  timestamps contradict are not added.  GPU idle gaps become delay nodes (see ``common``).
+* NCCL kernels become COMM_COLL nodes (type / bytes / group from the args, the launching ops or the
+  kernel name) with the measured kernel time in ``measured_duration_ns``; all-to-alls become
+  per-peer SEND / RECV nodes matched across ranks (``crossrank``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from xsim_trace.errors import ConfigError, FormatError
+from xsim_trace.graph import attrs as A
+from xsim_trace.graph.kinds import CollectiveType, NodeType
+from xsim_trace.graph.model import Trace
+
+from converters import nccl
+from converters.common import GNode, GraphBuilder, finalize
+from converters.kineto_reader import CPU_CATS, GPU_CATS, RUNTIME_CATS, Event, KinetoTrace
+
+log = logging.getLogger(__name__)
+
+STEP_PREFIX = "ProfilerStep#"
+#: a secondary thread idle longer than this starts a new burst (cross-thread edges)
+BURST_GAP_NS = 20_000
+SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                        "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize"})
+WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "hipStreamWaitEvent"})
+RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "hipEventRecord"})
+LAUNCH_CALLS_KERNEL = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                                 "cudaLaunchCooperativeKernel", "hipLaunchKernel", "hipExtLaunchKernel"})
+_LAYER = re.compile(r"(?:layers?[._]|Layer_|layer_|TransformerLayer_?)(\d+)")
+CPU_STREAM_BASE = -1  # host thread k (main thread first) gets stream -1 - k
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    number: int | None  # None: the whole capture
+    start_ns: int
+    end_ns: int
+    tid: Any
+    pid: Any
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(slots=True)
+class CommOp:
+    """One NCCL operation of a rank, in issue order, waiting for cross-rank processing."""
+
+    node: GNode
+    info: nccl.CommInfo
+    issue_ns: int
+
+
+@dataclass(slots=True)
+class RankGraph:
+    rank: int
+    builder: GraphBuilder
+    step: Step
+    comm_ops: list[CommOp]
+    metadata: dict[str, Any]
+    source: str
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def to_trace(self) -> Trace:
+        trace = finalize(self.builder, self.metadata, origin=self.step.start_ns, rank=self.rank)
+        return Trace(metadata=trace.metadata, nodes=trace.nodes, rank=self.rank, source=self.source)
+
+
+# -- step selection ------------------------------------------------------------------------------
+def list_steps(kt: KinetoTrace) -> list[Step]:
+    steps = []
+    for e in kt.events:
+        if e.cat in CPU_CATS and e.name.startswith(STEP_PREFIX):
+            try:
+                n = int(e.name[len(STEP_PREFIX):])
+            except ValueError:
+                continue
+            steps.append(Step(n, e.ts, e.end, e.tid, e.pid))
+    steps.sort(key=lambda s: (s.start_ns, s.number))
+    return steps
+
+
+def select_step(kt: KinetoTrace, step: int | str | None) -> Step:
+    """``step``: a ProfilerStep number, ``"all"`` (the whole capture) or None (the last step)."""
+    steps = list_steps(kt)
+    if step == "all" or (step is None and not steps):
+        cpu = [e for e in kt.events if e.cat in CPU_CATS or e.cat in RUNTIME_CATS]
+        if not cpu:
+            raise FormatError("trace has no CPU events", file=kt.name)
+        pid = _main_pid(cpu)
+        mine = [e for e in cpu if e.pid == pid]
+        tid = _busiest([e.tid for e in mine if e.cat in CPU_CATS] or [e.tid for e in mine])
+        return Step(None, min(e.ts for e in mine), max(e.end for e in mine), tid, pid)
+    if step is None:
+        # the last step; a duplicated number (two threads annotate it) keeps the longest span
+        last = steps[-1].number
+        same = [s for s in steps if s.number == last]
+        return max(same, key=lambda s: (s.duration_ns, -s.start_ns))
+    try:
+        wanted = int(step)
+    except (TypeError, ValueError):
+        raise ConfigError(f"expected a ProfilerStep number or 'all', found {step!r}", field="step") from None
+    same = [s for s in steps if s.number == wanted]
+    if not same:
+        have = ", ".join(str(s.number) for s in steps) or "none"
+        raise ConfigError(f"no ProfilerStep#{wanted} in the trace (steps: {have})", file=kt.name, field="step")
+    return max(same, key=lambda s: (s.duration_ns, -s.start_ns))
+
+
+def _busiest(values: Iterable[Any]) -> Any:
+    counts: dict[Any, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return max(sorted(counts, key=str), key=lambda k: counts[k])
+
+
+def _main_pid(events: Sequence[Event]) -> Any:
+    return _busiest(e.pid for e in events)
+
+
+# -- naming ----------------------------------------------------------------------------------------
+class _Scopes:
+    """Innermost enclosing ops at increasing query times, for one thread."""
+
+    def __init__(self, ops: list[Event]) -> None:
+        self.ops = sorted(ops, key=lambda e: (e.ts, -e.end, e.idx))
+        self.ptr = 0
+        self.stack: list[Event] = []
+        self.last = -(1 << 62)
+
+    def at(self, t: int) -> list[Event]:
+        t = self.last = max(t, self.last)
+        ops, stack = self.ops, self.stack
+        while self.ptr < len(ops) and ops[self.ptr].ts <= t:
+            e = ops[self.ptr]
+            while stack and stack[-1].end <= e.ts:
+                stack.pop()
+            stack.append(e)
+            self.ptr += 1
+        while stack and stack[-1].end <= t:
+            stack.pop()
+        return [e for e in stack if e.end > t]
+
+
+def _scope_names(stack: list[Event]) -> tuple[str, str]:
+    """(op name, module / annotation scope) for an enclosing stack, innermost last."""
+    op = ""
+    module = ""
+    for e in reversed(stack):
+        if not op and e.cat == "cpu_op":
+            op = e.name
+        if not module and (e.cat == "python_function" or (e.cat == "user_annotation" and not e.name.startswith(STEP_PREFIX))):
+            module = e.name[len("nn.Module: "):] if e.name.startswith("nn.Module: ") else e.name
+        if op and module:
+            break
+    if not op and stack:
+        top = stack[-1]
+        op = "" if top.name.startswith(STEP_PREFIX) else top.name
+    return op, module
+
+
+def _layer_of(*names: str) -> int | None:
+    for n in names:
+        m = _LAYER.search(n)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+# -- conversion of one rank ----------------------------------------------------------------------
+@dataclass(slots=True)
+class _Thread:
+    tid: Any
+    index: int
+    events: list[Event]  # cpu ops + runtime calls of the window, by time
+    nodes: list[GNode] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # node end times, for bisect
+
+
+def _bursts(events: list[Event]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for e in sorted(events, key=lambda e: e.ts):
+        if spans and e.ts - spans[-1][1] < BURST_GAP_NS:
+            if e.end > spans[-1][1]:
+                spans[-1] = (spans[-1][0], e.end)
+        else:
+            spans.append((e.ts, e.end))
+    return spans
+
+
+def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | None = None) -> RankGraph:
+    """Build one rank's graph (cross-rank fields of comm nodes are filled in by ``crossrank``)."""
+    sel = select_step(kt, step)
+    w0, w1 = sel.start_ns, sel.end_ns
+    in_window = lambda e: w0 <= e.ts < w1  # noqa: E731
+    host = [e for e in kt.events if e.pid == sel.pid and (e.cat in CPU_CATS or e.cat in RUNTIME_CATS)
+            and in_window(e) and not (e.cat in CPU_CATS and e.name.startswith(STEP_PREFIX))]
+    runtime_by_corr: dict[int, Event] = {e.corr: e for e in host if e.cat in RUNTIME_CATS and e.corr is not None}
+    gpu: list[Event] = []
+    for e in kt.events:
+        if e.cat in GPU_CATS:
+            if e.corr is not None and e.corr in runtime_by_corr:
+                gpu.append(e)
+            elif (e.corr is None or e.corr not in runtime_by_corr) and e.corr is None and in_window(e):
+                gpu.append(e)
+    gpu.sort(key=lambda e: (e.ts, e.idx))
+    gpu_by_corr: dict[int, list[Event]] = {}
+    for e in gpu:
+        if e.corr is not None:
+            gpu_by_corr.setdefault(e.corr, []).append(e)
+
+    b = GraphBuilder()
+    stats = {"gpu_ops": len(gpu), "host_events": len(host), "dropped_edges": 0}
+
+    # threads: the step's thread first, then by id
+    by_tid: dict[Any, list[Event]] = {}
+    for e in host:
+        by_tid.setdefault(e.tid, []).append(e)
+    tids = sorted(by_tid, key=lambda t: (t != sel.tid, str(t)))
+    threads = [_Thread(t, i, sorted(by_tid[t], key=lambda e: (e.ts, -e.end, e.idx))) for i, t in enumerate(tids)]
+    if not threads:
+        raise FormatError(f"no host events in the selected window of ProfilerStep#{sel.number}", file=kt.name)
+    main = threads[0]
+    bursts = {th.tid: _bursts([e for e in th.events if e.cat in CPU_CATS] or th.events) for th in threads[1:]}
+    join_times = sorted({end for spans in bursts.values() for _, end in spans if w0 < end < w1})
+
+    launch_node: dict[int, GNode] = {}  # correlation -> host segment ending at the launch
+    launch_stack: dict[int, list[tuple[str, dict | None]]] = {}
+    launch_scope: dict[int, tuple[str, str]] = {}
+    blocking: list[tuple[GNode, Event]] = []  # host node that waited for a GPU op's completion
+    syncs: list[tuple[GNode, Event, Any]] = []
+    waits: list[tuple[Event, Any]] = []
+    records: list[tuple[Event, Any]] = []
+
+    def build_thread(th: _Thread, joins: list[int]) -> None:
+        scopes = _Scopes([e for e in th.events if e.cat in CPU_CATS])
+        stream_id = CPU_STREAM_BASE - th.index
+        ops = [e for e in th.events if e.cat in CPU_CATS]
+        last_end = max((e.end for e in ops), default=max((e.end for e in th.events), default=w0))
+        cursor: GNode | None = None
+        cursor_end = w0
+        cut_events: list[tuple[int, int, Any]] = []
+        for e in th.events:
+            if e.cat not in RUNTIME_CATS:
+                continue
+            if e.corr is not None and e.corr in gpu_by_corr:
+                cut_events.append((e.ts, 1, e))
+            elif e.name in SYNC_CALLS:
+                cut_events.append((e.ts, 1, e))
+            elif e.name in WAIT_CALLS:
+                waits.append((e, th.tid))
+            elif e.name in RECORD_CALLS:
+                records.append((e, th.tid))
+        for t in joins:
+            cut_events.append((t, 0, None))
+        if th is not main:
+            for start, _ in bursts.get(th.tid, []):
+                cut_events.append((start, 2, "burst"))
+        cut_events.sort(key=lambda c: (c[0], c[1], c[2].idx if isinstance(c[2], Event) else -1))
+
+        def segment(t: int, extra: Iterable[GNode] = ()) -> GNode:
+            nonlocal cursor, cursor_end
+            op, module = _scope_names(scopes.at(t - 1))
+            name = f"{module}/{op}" if module and op else (op or module or "cpu")
+            attrs: dict[str, Any] = {A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)}
+            if module:
+                attrs[A.MODULE] = module
+            layer = _layer_of(module, op)
+            if layer is not None:
+                attrs[A.LAYER] = layer
+            node = b.add(name, NodeType.COMP, cursor_end, t, on_cpu=True, deps=[cursor, *extra], fixed=False, **attrs)
+            th.nodes.append(node)
+            th.ends.append(node.end)
+            cursor, cursor_end = node, t
+            return node
+
+        pending_cross: list[GNode] = []
+        for t, kind, e in cut_events:
+            if t < cursor_end:
+                t = cursor_end
+            if kind == 2:  # a secondary thread's burst starts: after main's last node before it
+                i = bisect.bisect_right(main.ends, t) - 1
+                if i >= 0:
+                    pending_cross.append(main.nodes[i])
+                continue
+            if kind == 0:  # main thread: a secondary burst ended here; resume after it
+                if t > cursor_end:
+                    segment(t, pending_cross)
+                    pending_cross = []
+                continue
+            if e.name in SYNC_CALLS:
+                if t > cursor_end or cursor is None:
+                    segment(t, pending_cross)
+                    pending_cross = []
+                y = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=True, deps=[cursor], fixed=False,
+                          **{A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)})
+                th.nodes.append(y)
+                th.ends.append(y.end)
+                syncs.append((y, e, th.tid))
+                cursor, cursor_end = y, e.end
+                continue
+            stack = scopes.at(e.ts)
+            node = segment(t, pending_cross)
+            pending_cross = []
+            launch_node[e.corr] = node
+            launch_stack[e.corr] = [(s.name, s.args) for s in reversed(stack)]
+            launch_scope[e.corr] = _scope_names(stack)
+            ops_of = gpu_by_corr[e.corr]
+            if e.name not in LAUNCH_CALLS_KERNEL and all(g.end <= e.end for g in ops_of):
+                # a blocking copy / memset: the call returned when the GPU op was done
+                y = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=True, deps=[node], fixed=False,
+                          **{A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)})
+                th.nodes.append(y)
+                th.ends.append(y.end)
+                blocking.append((y, e))
+                cursor, cursor_end = y, e.end
+        tail = w1 if th is main and sel.number is not None else last_end
+        if tail > cursor_end or cursor is None:
+            segment(max(tail, cursor_end), pending_cross)
+
+    build_thread(main, join_times)
+    for th in threads[1:]:
+        build_thread(th, [])
+    # main thread resumes after each secondary burst: the main node starting at the burst's end
+    for th in threads[1:]:
+        for _, end in bursts[th.tid]:
+            i = bisect.bisect_right(th.ends, end) - 1
+            if i < 0:
+                continue
+            last = th.nodes[i]
+            j = bisect.bisect_left([n.start for n in main.nodes], end)
+            if j < len(main.nodes) and last.end <= main.nodes[j].end:
+                main.nodes[j].ctrl_deps.append(last)
+
+    # device ops
+    gpu_node: dict[int, GNode] = {}
+    comm_ops: list[CommOp] = []
+    last_on_stream: dict[Any, GNode] = {}
+    for e in gpu:
+        launch = launch_node.get(e.corr) if e.corr is not None else None
+        prev = last_on_stream.get(e.stream)
+        deps = [d for d in (launch, prev) if d is not None]
+        op, module = launch_scope.get(e.corr, ("", "")) if e.corr is not None else ("", "")
+        attrs: dict[str, Any] = {A.STREAM: e.stream if e.stream is not None else 0}
+        if op:
+            attrs[A.LAUNCH_OP] = op
+        if module:
+            attrs[A.MODULE] = module
+        layer = _layer_of(module, op)
+        if layer is not None:
+            attrs[A.LAYER] = layer
+        info = None
+        if e.cat == "kernel" and nccl.is_nccl_kernel(e.name):
+            info = nccl.describe(e.name, e.args, launch_stack.get(e.corr, []), world_size)
+            if info is None:
+                stats["unknown_nccl"] = stats.get("unknown_nccl", 0) + 1
+                log.warning("%s: NCCL kernel %s (event %d): cannot tell which operation it is; kept as compute",
+                            kt.name, e.name[:60], e.idx)
+        if info is not None:
+            if info.algo:
+                attrs[A.NCCL_ALGO] = info.algo
+            node = b.add(_comm_name(info, e.name), NodeType.COMM_COLL, e.ts, e.end, on_cpu=False, deps=deps,
+                         timed=False, **attrs)
+            comm_ops.append(CommOp(node, info, runtime_by_corr[e.corr].ts if e.corr in runtime_by_corr else e.ts))
+        else:
+            if e.cat != "kernel" and e.args and isinstance(e.args.get("bytes"), int):
+                attrs[A.TENSOR_SIZE] = e.args["bytes"]
+            node = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=False, deps=deps, **attrs)
+        gpu_node[e.idx] = node
+        last_on_stream[e.stream] = node
+
+    # launches per thread in time order, for the cross-stream edges
+    launches: dict[Any, list[tuple[int, Event]]] = {}
+    for corr, ev_list in gpu_by_corr.items():
+        rt = runtime_by_corr[corr]
+        for g in ev_list:
+            launches.setdefault(rt.tid, []).append((rt.ts, g))
+    all_launches = sorted((x for lst in launches.values() for x in lst), key=lambda x: (x[0], x[1].idx))
+    for lst in launches.values():
+        lst.sort(key=lambda x: (x[0], x[1].idx))
+    keys = {tid: [x[0] for x in lst] for tid, lst in launches.items()}
+    rec_times = {tid: sorted(r.ts for r, t in records if t == tid) for tid in {t for _, t in records}}
+
+    def add_edge(a: Event, bnode: GNode, b_start: int) -> None:
+        an = gpu_node[a.idx]
+        if an is bnode:
+            return
+        if a.end <= b_start:
+            bnode.ctrl_deps.append(an)
+        else:
+            stats["dropped_edges"] += 1
+
+    for w, tid in waits:
+        lst, ks = launches.get(tid, []), keys.get(tid, [])
+        j = bisect.bisect_right(ks, w.ts)
+        if j >= len(lst):
+            continue
+        b_ev = lst[j][1]
+        limit = w.ts
+        recs = rec_times.get(tid, [])
+        r = bisect.bisect_right(recs, w.ts) - 1
+        if r >= 0:
+            limit = recs[r]
+        i = bisect.bisect_left(ks, limit) - 1
+        while i >= 0 and lst[i][1].stream == b_ev.stream and r < 0:
+            i -= 1
+        if i >= 0 and lst[i][1].stream != b_ev.stream:
+            add_edge(lst[i][1], gpu_node[b_ev.idx], b_ev.ts)
+    all_keys = [x[0] for x in all_launches]
+    for y, e, tid in syncs:
+        before = all_launches[:bisect.bisect_left(all_keys, e.ts)]
+        if e.name.endswith("DeviceSynchronize"):
+            last: dict[Any, Event] = {}
+            for _, g in before:
+                last[g.stream] = g
+            targets = list(last.values())
+        else:
+            mine = [g for _, g in launches.get(tid, [])[:bisect.bisect_left(keys.get(tid, []), e.ts)]]
+            targets = []
+            if mine:
+                stream = mine[-1].stream
+                targets = [next(g for g in reversed(mine) if g.stream == stream)]
+        for g in targets:
+            if g.end <= e.end:
+                y.ctrl_deps.append(gpu_node[g.idx])
+            else:
+                stats["dropped_edges"] += 1
+    for y, e in blocking:
+        for g in gpu_by_corr[e.corr]:
+            y.ctrl_deps.append(gpu_node[g.idx])
+
+    device = kt.device_names[0] if kt.device_names else ""
+    meta = {
+        A.META_RANK: rank,
+        A.META_WORLD_SIZE: world_size,
+        A.META_SOURCE: "xsim-convert kineto",
+        A.META_MEASURED_STEP_NS: sel.duration_ns,
+        A.META_STEP: sel.number if sel.number is not None else -1,
+        A.META_DEVICE: device,
+    }
+    return RankGraph(rank, b, sel, comm_ops, meta, kt.name, stats)
+
+
+def _int_tid(tid: Any) -> int:
+    return tid if isinstance(tid, int) and not isinstance(tid, bool) else abs(hash(str(tid))) % (1 << 31)
+
+
+def _comm_name(info: nccl.CommInfo, kernel: str) -> str:
+    what = info.coll.name if info.coll is not None else info.kind.value.upper()
+    return f"{what} {kernel.split('(')[0]}"
+
+
+# -- several ranks -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Conversion:
+    """The converted rank set, ready for ``xsim_trace.io.write_rank_set``."""
+
+    traces: dict[int, Trace]
+    comm_groups: dict[str, tuple[int, ...]]
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def read_ranks(sources: Sequence[Any], progress: Callable[[int], None] | None = None,
+               on_file: Callable[[str], None] | None = None) -> list[KinetoTrace]:
+    """Read Kineto files (``converters.sources.Source``) and order them by rank."""
+    from converters.kineto_reader import read_kineto
+
+    out = []
+    for src in sources:
+        if on_file is not None:
+            on_file(src.name)
+        with src.open() as handle:
+            out.append(read_kineto(handle, src.name, progress))
+    return out
+
+
+def assign_ranks(kts: Sequence[KinetoTrace]) -> dict[int, KinetoTrace]:
+    """Rank of each file: ``distributedInfo.rank``, else the number in its name, else its position."""
+    from converters.sources import rank_from_name
+
+    ranks: dict[int, KinetoTrace] = {}
+    for pos, kt in enumerate(kts):
+        rank = kt.rank
+        if rank is None or len(kts) > 1 and any(o is not kt and o.rank == rank for o in kts):
+            hint = rank_from_name(kt.name)
+            rank = hint if hint is not None else pos
+        if rank in ranks:
+            raise FormatError(f"two input files claim rank {rank} (also {ranks[rank].name})", file=kt.name, rank=rank)
+        ranks[rank] = kt
+    return dict(sorted(ranks.items()))
+
+
+def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None, alltoall: str = "p2p",
+                   on_rank: Callable[[int], None] | None = None) -> Conversion:
+    """Convert the Kineto traces of one job (one file per rank) into a rank set."""
+    from converters import crossrank
+
+    if alltoall not in crossrank.ALLTOALL_MODES:
+        raise ConfigError(f"expected one of {', '.join(crossrank.ALLTOALL_MODES)}, found {alltoall!r}", field="alltoall")
+    by_rank = assign_ranks(kts)
+    world = max([len(by_rank), max(by_rank) + 1] + [kt.world_size or 0 for kt in by_rank.values()])
+    graphs = []
+    for rank, kt in by_rank.items():
+        if on_rank is not None:
+            on_rank(rank)
+        graphs.append(convert_rank(kt, rank, world, step))
+    groups = crossrank.assign([crossrank.RankOps(g.rank, g.comm_ops) for g in graphs], world, alltoall)
+    groups_json = {k: list(v) for k, v in groups.items()}
+    from xsim_trace.graph.model import comm_groups_to_json
+
+    traces: dict[int, Trace] = {}
+    stats: dict[str, int] = {}
+    for g in graphs:
+        g.metadata[A.META_COMM_GROUPS] = comm_groups_to_json(groups_json)
+        traces[g.rank] = g.to_trace()
+        for k, v in g.stats.items():
+            stats[k] = stats.get(k, 0) + v
+    return Conversion(traces, groups, stats)
