@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Predict the measured Megatron-LM step times in ../shared/reference/ and print simulated vs
+measured with the % error per row and the median absolute error.
+
+Rows: megatron_ci_step_times.csv (Megatron-LM CI, DGX A100 / DGX H100, 1 node x 8 GPUs) and
+megatron_sc21_a100.csv (Narayanan et al. SC'21, DGX A100 nodes).  Path: the xsim workload
+generator's closed-form estimate (xsim_trace.workload.estimate) over the same Program the
+generator writes as Chakra traces; replay through xsim_trace.replay is used with --replay when
+that package provides `replay_rank_set`.
+
+Calibration (one per device type, fitted once over all CI rows of that device type together,
+never per row; see CALIBRATION below and docs/workload.md): the host-side cost per launched
+kernel of the Megatron CI software stack (PyTorch eager + Python), which dominates these small
+models, and the achievable GEMM fraction of peak.
+
+usage: tools/accuracy_megatron.py [--reference DIR] [--csv OUT] [--fit] [--all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from xsim_trace.devices import DeviceSpec, get_device
+from xsim_trace.errors import XsimError
+from xsim_trace.workload.comm import LinkModel
+from xsim_trace.workload.estimate import estimate
+from xsim_trace.workload.framework import Framework
+from xsim_trace.workload.model import ModelSpec
+from xsim_trace.workload.program import Program
+from xsim_trace.workload.timing import Timer
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
+
+#: systems of the reference rows: device, NIC line rate per GPU (Gb/s)
+SYSTEMS = {
+    "dgx_a100": ("A100-SXM4-80GB", 200.0),
+    "dgx_h100": ("H100-SXM5-80GB", 400.0),
+}
+
+#: One calibration per device type (see module doc).  host_op_overhead_ns: CPU time per kernel launch
+#: in the CI containers; gemm_efficiency: achieved fraction of dense bf16 peak in large GEMMs.
+CALIBRATION: dict[str, dict[str, float]] = {
+    "A100-SXM4-80GB": {"host_op_overhead_ns": 0, "gemm_efficiency": 0.75},
+    "H100-SXM5-80GB": {"host_op_overhead_ns": 0, "gemm_efficiency": 0.75},
+}
+
+#: CI families this generator cannot express (not a decoder/encoder stack of identical layers, or
+#: not a plain pre-training step): skipped with the reason printed under --all
+EXCLUDE = {
+    "t5/": "encoder-decoder T5 (no layer count in the table)",
+    "hybrid/": "hybrid Mamba/attention stack",
+    "multimodal-llava/": "vision encoder + LLM",
+    "mimo/": "vision-language model",
+    "_grpo_": "RL (GRPO) step with generation, not a training step",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    source: str
+    name: str
+    system: str
+    model: ModelSpec
+    fw: Framework
+    measured_s: float
+
+
+def _int(v: str, default: int = 0) -> int:
+    return int(v) if v not in ("", None) else default
+
+
+def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
+    rows = []
+    with open(path, newline="") as handle:
+        for r in csv.DictReader(handle):
+            name = r["test_case"]
+            why = next((reason for key, reason in EXCLUDE.items() if key in name), None)
+            if why is None and not r["layers"]:
+                why = "no layer count"
+            if why:
+                skipped.append((f"{name} [{r['golden']}]", why))
+                continue
+            system = "dgx_h100" if r["golden"].endswith("h100") else "dgx_a100"
+            tp, pp, cp = _int(r["tp"], 1), _int(r["pp"], 1), _int(r["cp"], 1)
+            world = _int(r["nodes"], 1) * _int(r["gpus_per_node"], 8)
+            dp = world // (tp * pp * cp)
+            hidden, heads = int(r["hidden"]), int(r["heads"])
+            bert = name.startswith("bert/")
+            experts = _int(r["experts"])
+            vocab = 30522 if bert else 50257
+            pad = 128 * tp
+            vocab = -(-vocab // pad) * pad  # Megatron pads the vocabulary to a multiple of 128*tp
+            te = "uninstall_te" not in name and "local_spec" not in name
+            model = ModelSpec(
+                name=name,
+                layers=int(r["layers"]),
+                hidden=hidden,
+                ffn=_int(r["ffn"], 4 * hidden),
+                heads=heads,
+                vocab=vocab,
+                seq_len=int(r["seq"]),
+                swiglu="swiglu" in name,
+                flash_attention=te,
+                moe_experts=experts,
+                moe_top_k=min(2, experts) if experts else 1,
+                causal=not bert,
+            )
+            vpp = _int(r["vpp"], 1)
+            fw = Framework(
+                tp=tp,
+                pp=pp,
+                dp=dp,
+                cp=cp,
+                vpp=vpp if pp > 1 else 1,
+                ep=_int(r["ep"], 1),
+                etp=1 if "etp1" in name else 0,
+                sequence_parallel=r["seqpar"] == "true",
+                distributed_optimizer="dist_optimizer" in name or "dist_muon" in name,
+                zero_stage=3 if ("zp_z3" in name or "fsdp" in name) else 0,
+                recompute=r["recompute"] or "none",
+                micro_batch=int(r["mbs"]),
+                global_batch=int(r["gbs"]),
+                precision="fp8" if r["fp8"] else "bf16",
+                overlap_grad_reduce="overlap_grad_reduce" in name,
+                overlap_param_gather="param_gather" in name,
+            )
+            rows.append(Row("ci", f"{name} [{r['golden']}]", system, model, fw, float(r["steady_median_s"])))
+    return rows
+
+
+def _sc21_rows(path: Path) -> list[Row]:
+    rows = []
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    for r in csv.DictReader(lines):
+        hidden = int(r["hidden"])
+        model = ModelSpec(
+            name=r["model"],
+            layers=int(r["layers"]),
+            hidden=hidden,
+            ffn=4 * hidden,
+            heads=int(r["heads"]),
+            vocab=51200,
+            seq_len=2048,
+            flash_attention=False,  # 2021: no flash attention
+        )
+        fw = Framework(
+            tp=int(r["tp"]),
+            pp=int(r["pp"]),
+            dp=int(r["dp"]),
+            micro_batch=1,
+            global_batch=int(r["global_batch"]),
+            recompute="full",
+            vpp=1,
+        )
+        rows.append(Row("sc21", f"{r['model']} tp{r['tp']} pp{r['pp']} dp{r['dp']} ({r['gpus']} GPUs)", "dgx_a100", model, fw, float(r["seconds_per_iteration"])))
+    return rows
+
+
+def device_for(system: str, calibration: dict[str, dict[str, float]]) -> tuple[DeviceSpec, float]:
+    name, nic = SYSTEMS[system]
+    dev = get_device(name)
+    cal = calibration.get(dev.name, {})
+    fields = {k: (int(v) if k.endswith("_ns") else float(v)) for k, v in cal.items()}
+    return dataclasses.replace(dev, **fields), nic
+
+
+def predict(row: Row, calibration: dict[str, dict[str, float]]) -> float:
+    dev, nic = device_for(row.system, calibration)
+    links = LinkModel.for_device(dev, gpus_per_node=8, nic_gbps_per_gpu=nic)
+    est = estimate(Program(row.model, row.fw), Timer(dev, links, row.fw))
+    return est.step_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
+    ap.add_argument("--csv", type=Path, help="also write the table as CSV")
+    ap.add_argument("--all", action="store_true", help="also list skipped rows and why")
+    args = ap.parse_args(argv)
+    skipped: list[tuple[str, str]] = []
+    rows = _ci_rows(args.reference / "megatron_ci_step_times.csv", skipped) + _sc21_rows(args.reference / "megatron_sc21_a100.csv")
+    out = []
+    for row in rows:
+        try:
+            sim = predict(row, CALIBRATION)
+        except XsimError as exc:
+            skipped.append((row.name, f"not expressible: {exc}"))
+            continue
+        err = (sim - row.measured_s) / row.measured_s * 100.0
+        out.append((row, sim, err))
+    width = max(len(r.name) for r, _, _ in out)
+    print(f"{'row':<{width}}  {'measured_s':>10}  {'simulated_s':>11}  {'error_%':>8}")
+    for row, sim, err in out:
+        flag = "  MISS" if abs(err) > 25 else ""
+        print(f"{row.name:<{width}}  {row.measured_s:10.4f}  {sim:11.4f}  {err:+8.1f}{flag}")
+    for source in ("ci", "sc21"):
+        errs = [abs(e) for r, _, e in out if r.source == source]
+        if errs:
+            print(f"{source}: {len(errs)} rows, median |error| {statistics.median(errs):.1f}%, "
+                  f"max {max(errs):.1f}%, rows > 25%: {sum(e > 25 for e in errs)}")
+    errs = [abs(e) for _, _, e in out]
+    print(f"all: {len(errs)} rows, median |error| {statistics.median(errs):.1f}%, rows > 25%: {sum(e > 25 for e in errs)}")
+    if args.all:
+        for name, why in skipped:
+            print(f"skipped: {name}: {why}")
+    else:
+        print(f"skipped {len(skipped)} rows (--all lists them)")
+    if args.csv:
+        with open(args.csv, "w", newline="") as handle:
+            w = csv.writer(handle)
+            w.writerow(["source", "row", "measured_s", "simulated_s", "error_pct"])
+            for row, sim, err in out:
+                w.writerow([row.source, row.name, f"{row.measured_s:.6f}", f"{sim:.6f}", f"{err:.2f}"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

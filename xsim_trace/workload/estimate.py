@@ -1,0 +1,178 @@
+"""Closed-form (event-ordered) estimate of one training iteration from a Program.
+
+Each stage runs its schedule; a pass starts when the stage is free and its input (forward: the
+previous virtual stage's forward of that micro-batch; backward: the next one's backward) has
+arrived over the pipeline link.  TP / CP / EP collectives are serial inside a pass (Megatron
+without TP-comm overlap).  After the last backward the DP gradient reduction (bucketed,
+optionally overlapped with that backward), the optimizer step and, with a distributed optimizer,
+the parameter all-gather follow.  The iteration ends when the slowest stage is done.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from xsim_trace.devices.compute import KernelClass, kernel_time_ns
+from xsim_trace.errors import ConfigError
+from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.workload.layout import Coord, Layout
+from xsim_trace.workload.ops import CommKind, CommOp
+from xsim_trace.workload.program import Program
+from xsim_trace.workload.schedule import Step, stage_order
+from xsim_trace.workload.timing import Timer
+
+log = logging.getLogger(__name__)
+
+#: bytes of optimizer-state traffic per local parameter in one Adam step (fp32 master r/w, grad,
+#: two moments r/w, bf16 copy write)
+ADAM_BYTES_PER_PARAM = 30
+GRAD_BYTES = 4  # fp32 main grads (Megatron accumulates and reduces in fp32 by default for bf16)
+PARAM_BYTES = 2
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    stage: int
+    forward_ns: int  # one micro-batch, all chunks
+    backward_ns: int
+    pipeline_end_ns: int
+    busy_ns: int
+    dp_exposed_ns: int
+    optimizer_ns: int
+    param_gather_ns: int
+    tp_comm_ns: int  # per iteration, serial inside passes
+    ep_cp_comm_ns: int
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step_ns: int
+    stages: tuple[StageEstimate, ...]
+    flops: int
+    world_size: int
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def step_s(self) -> float:
+        return self.step_ns / 1e9
+
+    def tflops_per_gpu(self) -> float:
+        return self.flops / self.world_size / (self.step_ns / 1e9) / 1e12
+
+    def bubble_fraction(self) -> float:
+        s = self.stages[0]
+        return 1.0 - s.busy_ns / s.pipeline_end_ns if s.pipeline_end_ns else 0.0
+
+
+def _buckets(total_params: int, fw) -> int:
+    size = fw.bucket_size_bytes // GRAD_BYTES if fw.bucket_size_bytes else max(40_000_000, 1_000_000 * fw.dp * fw.cp)
+    return max(1, -(-total_params // size))
+
+
+def estimate(program: Program, timer: Timer) -> Estimate:
+    fw, model = program.fw, program.model
+    lay = Layout(fw)
+    pp, m, vpp = fw.pp, fw.microbatches, fw.vpp
+    # pass durations on a representative rank of each stage (tp = cp = dp = 0)
+    pass_ns: dict[tuple[int, int, bool], int] = {}
+    comm_split: dict[int, list[int]] = {s: [0, 0] for s in range(pp)}
+    for (stage, chunk) in sorted(program.chunks):
+        rank = lay.rank(Coord(0, 0, 0, stage))
+        for forward in (True, False):
+            total = 0
+            for _, op in program.pass_ops(stage, chunk, forward):
+                t = timer.op_ns(op, rank)
+                total += t
+                if isinstance(op, CommOp):
+                    comm_split[stage][0 if op.kind is CommKind.TP else 1] += t * m
+            pass_ns[(stage, chunk, forward)] = total
+    act = program.model.hidden  # noqa: F841 - kept for readability of the p2p size below
+    from xsim_trace.workload.ops import pp_activation_bytes
+
+    p2p_bytes = pp_activation_bytes(model, fw)
+
+    def p2p(src_stage: int, dst_stage: int) -> int:
+        if src_stage == dst_stage:
+            return 0
+        a, b = lay.rank(Coord(0, 0, 0, src_stage)), lay.rank(Coord(0, 0, 0, dst_stage))
+        return timer.links.p2p_ns(p2p_bytes, timer.links.spans_nodes((a, b)))
+
+    total_virtual = pp * vpp
+    done: dict[tuple[bool, int, int], int] = {}  # (forward, microbatch, virtual) -> finish ns
+    orders = {s: stage_order(fw.schedule, s, pp, m, vpp) for s in range(pp)}
+    pos = {s: 0 for s in range(pp)}
+    free = {s: 0 for s in range(pp)}
+    busy = {s: 0 for s in range(pp)}
+    last_bwd = {s: 0 for s in range(pp)}
+    remaining = sum(len(o) for o in orders.values())
+    while remaining:
+        progressed = False
+        for s in range(pp):
+            while pos[s] < len(orders[s]):
+                st: Step = orders[s][pos[s]]
+                v = st.chunk * pp + s
+                if st.forward:
+                    dep = (True, st.microbatch, v - 1) if v > 0 else None
+                    dep_stage = (v - 1) % pp
+                else:
+                    dep = (False, st.microbatch, v + 1) if v < total_virtual - 1 else (True, st.microbatch, v)
+                    dep_stage = (v + 1) % pp if v < total_virtual - 1 else s
+                if dep is not None and dep not in done:
+                    break
+                ready = done[dep] + p2p(dep_stage, s) if dep is not None else 0
+                dur = pass_ns[(s, st.chunk, st.forward)]
+                start = max(free[s], ready)
+                free[s] = start + dur
+                busy[s] += dur
+                done[(st.forward, st.microbatch, v)] = free[s]
+                if not st.forward:
+                    last_bwd[s] = dur
+                pos[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ConfigError("pipeline schedule deadlocked", field="framework.schedule")
+
+    stages = []
+    dev = timer.device
+    for s in range(pp):
+        rank = lay.rank(Coord(0, 0, 0, s))
+        dense, expert = program.stage_params(s)
+        dp_group = lay.dp_group(rank)
+        n_dp = len(dp_group)
+        inter = timer.links.spans_nodes(dp_group)
+        coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
+        nb = _buckets(dense + expert, fw)
+        dp_ns = 0
+        if n_dp > 1:
+            per_bucket = timer.links.collective_ns(coll, (dense * GRAD_BYTES) // nb, n_dp, inter)
+            dp_ns = nb * per_bucket
+        if expert and fw.ep > 1:
+            edp = fw.dp * fw.cp * fw.tp // (fw.ep * fw.etp)
+            if edp > 1:
+                dp_ns += timer.links.collective_ns(coll, expert * GRAD_BYTES, edp, inter)
+        if fw.overlap_grad_reduce and dp_ns:
+            exposed = max(dp_ns - last_bwd[s], dp_ns // nb)
+        else:
+            exposed = dp_ns
+        local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
+        opt_kernels = 12 + 4 * nb
+        opt_ns = max(
+            kernel_time_ns(KernelClass.OPTIMIZER, 0, local * ADAM_BYTES_PER_PARAM, dev, include_overhead=False)
+            + opt_kernels * dev.kernel_overhead_ns,
+            opt_kernels * dev.host_op_overhead_ns,
+        )
+        gather = 0
+        if fw.zero_stage >= 1 and n_dp > 1:
+            gather = nb * timer.links.collective_ns(CollectiveType.ALL_GATHER, (dense + expert) * PARAM_BYTES // nb, n_dp, inter)
+            if fw.overlap_param_gather:
+                gather = gather // nb
+        fwd = sum(pass_ns[(s, c, True)] for c in range(vpp))
+        bwd = sum(pass_ns[(s, c, False)] for c in range(vpp))
+        stages.append(
+            StageEstimate(s, fwd, bwd, free[s], busy[s], exposed, opt_ns, gather, comm_split[s][0], comm_split[s][1])
+        )
+    step = max(st.pipeline_end_ns + st.dp_exposed_ns for st in stages)
+    step += max(st.optimizer_ns + st.param_gather_ns for st in stages)
+    return Estimate(step_ns=step, stages=tuple(stages), flops=program.iteration_flops(), world_size=fw.world_size)

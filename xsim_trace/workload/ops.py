@@ -1,0 +1,250 @@
+"""Per-layer compute and communication of a Megatron-style transformer, per rank, per micro-batch.
+
+Everything here is counted for ONE rank processing ONE micro-batch: GEMMs sharded 1/tp, the
+sequence split 1/cp, norms and elementwise work on 1/tp of the tokens under sequence parallelism,
+MoE expert work spread evenly over the replica's tp*cp ranks (balanced routing).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from xsim_trace.devices.compute import KernelClass
+from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.workload.framework import Framework, Recompute
+from xsim_trace.workload.model import ModelSpec
+
+
+class Phase(enum.Enum):
+    FWD = "fwd"
+    BWD = "bwd"
+    RECOMPUTE = "recompute"
+    OPTIMIZER = "optimizer"
+
+
+class CommKind(enum.Enum):
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    DP = "dp"
+    PP = "pp"
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeOp:
+    name: str
+    kernel_class: KernelClass
+    flops: int
+    bytes_accessed: int
+    kernels: int = 1  # how many kernel launches this op stands for (host-overhead model)
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp:
+    name: str
+    kind: CommKind
+    collective: CollectiveType
+    size_bytes: int  # the collective's buffer size per rank (Chakra comm_size convention)
+
+
+Op = ComputeOp | CommOp
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """Per-rank micro-batch dimensions."""
+
+    tokens: int  # b * s / cp: tokens this rank's TP group works on
+    tokens_sp: int  # tokens in the sequence-parallel regions (tokens / tp with SP)
+    seq_kv: int  # keys each query attends to (full sequence)
+    elt: int  # bytes per activation element (bf16 = 2; fp8 GEMMs keep bf16 activations)
+
+
+def dims(model: ModelSpec, fw: Framework) -> Dims:
+    tokens = fw.micro_batch * model.seq_len // fw.cp
+    return Dims(
+        tokens=tokens,
+        tokens_sp=tokens // fw.tp if fw.sequence_parallel else tokens,
+        seq_kv=model.seq_len,
+        elt=2,
+    )
+
+
+def _gemm(name: str, m: int, n: int, k: int, elt: int, kernels: int = 1) -> ComputeOp:
+    return ComputeOp(name, KernelClass.GEMM, 2 * m * n * k, (m * k + k * n + m * n) * elt, kernels)
+
+
+def _mem(name: str, kc: KernelClass, nbytes: int, kernels: int = 1) -> ComputeOp:
+    return ComputeOp(name, kc, 0, nbytes, kernels)
+
+
+def _tp_in(model: ModelSpec, fw: Framework, d: Dims, name: str) -> list[Op]:
+    """Entering a TP region: all-gather the sequence under SP (nothing otherwise)."""
+    if fw.tp > 1 and fw.sequence_parallel:
+        return [CommOp(name, CommKind.TP, CollectiveType.ALL_GATHER, d.tokens * model.hidden * d.elt)]
+    return []
+
+
+def _tp_out(model: ModelSpec, fw: Framework, d: Dims, name: str) -> list[Op]:
+    """Leaving a TP region: reduce-scatter under SP, all-reduce otherwise."""
+    if fw.tp == 1:
+        return []
+    coll = CollectiveType.REDUCE_SCATTER if fw.sequence_parallel else CollectiveType.ALL_REDUCE
+    return [CommOp(name, CommKind.TP, coll, d.tokens * model.hidden * d.elt)]
+
+
+def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
+    """Scores, softmax and the weighted sum (one fused kernel with flash attention)."""
+    h_tp = model.hidden // fw.tp
+    heads_tp = model.heads // fw.tp
+    flops = 4 * d.tokens * d.seq_kv * h_tp  # QK^T and AV, full (un-masked) count as in Megatron's formula
+    ops: list[Op] = []
+    if fw.cp > 1:
+        kv = 2 * d.tokens * max(model.kv_hidden // fw.tp, model.head_dim) * d.elt
+        ops.append(CommOp("cp_kv_allgather", CommKind.CP, CollectiveType.ALL_GATHER, kv * fw.cp))
+    if model.flash_attention:
+        nbytes = (2 * d.tokens * h_tp + 2 * fw.cp * d.tokens * model.kv_hidden // max(fw.tp, 1)) * d.elt
+        ops.append(ComputeOp("flash_attention", KernelClass.ATTENTION, flops, nbytes, kernels=1))
+        return ops
+    score_bytes = fw.micro_batch * heads_tp * (d.tokens // fw.micro_batch) * d.seq_kv * d.elt
+    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes))
+    ops.append(_mem("attn_softmax_dropout", KernelClass.SOFTMAX, 3 * score_bytes, kernels=2))
+    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt))
+    return ops
+
+
+def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
+    h, e = model.hidden, d.elt
+    if not model.is_moe:
+        f_tp = model.ffn // fw.tp
+        up = (2 if model.swiglu else 1) * f_tp
+        return [
+            _gemm("mlp_fc1", d.tokens, up, h, e),
+            _mem("mlp_act", KernelClass.ELEMENTWISE, (up + f_tp) * d.tokens * e),
+            _gemm("mlp_fc2", d.tokens, h, f_tp, e),
+        ]
+    # MoE: router, dispatch, expert GEMMs (balanced over the replica's tp*cp ranks), combine
+    t_moe = d.tokens_sp
+    routed = t_moe * model.moe_top_k
+    local_experts = max(model.moe_experts // fw.ep, 1)
+    mats = 3 if model.swiglu else 2
+    expert_tokens = fw.micro_batch * model.seq_len * model.moe_top_k // (fw.tp * fw.cp)
+    expert_flops = 2 * expert_tokens * h * model.moe_ffn * mats
+    expert_bytes = local_experts * mats * h * (model.moe_ffn // fw.etp) * e + 3 * expert_tokens * h * e
+    ops: list[Op] = [
+        _gemm("moe_router", t_moe, model.moe_experts, h, e),
+        _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4),
+    ]
+    if fw.ep > 1:
+        ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
+    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, kernels=2 * local_experts))
+    ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp, kernels=local_experts))
+    if fw.ep > 1:
+        ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
+    ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3))
+    return ops
+
+
+def layer_forward(model: ModelSpec, fw: Framework) -> list[Op]:
+    """One transformer layer's forward on one rank for one micro-batch, in execution order."""
+    d = dims(model, fw)
+    h, e = model.hidden, d.elt
+    qkv_out = (h + 2 * model.kv_hidden) // fw.tp
+    norm = KernelClass.NORM
+    ops: list[Op] = [_mem("input_norm", norm, 2 * d.tokens_sp * h * e)]
+    ops += _tp_in(model, fw, d, "tp_allgather_attn")
+    ops.append(_gemm("qkv_proj", d.tokens, qkv_out, h, e))
+    ops.append(_mem("rope_bias", KernelClass.ELEMENTWISE, 2 * d.tokens * qkv_out * e))
+    ops += attention_core_ops(model, fw, d)
+    ops.append(_gemm("attn_out_proj", d.tokens, h, h // fw.tp, e))
+    ops += _tp_out(model, fw, d, "tp_reduce_attn")
+    ops.append(_mem("attn_residual_dropout", KernelClass.ELEMENTWISE, 3 * d.tokens_sp * h * e))
+    ops.append(_mem("post_attn_norm", norm, 2 * d.tokens_sp * h * e))
+    if not model.is_moe:
+        ops += _tp_in(model, fw, d, "tp_allgather_mlp")
+    ops += mlp_ops(model, fw, d)
+    if not model.is_moe:
+        ops += _tp_out(model, fw, d, "tp_reduce_mlp")
+    ops.append(_mem("mlp_residual_dropout", KernelClass.ELEMENTWISE, 3 * d.tokens_sp * h * e))
+    return ops
+
+
+_BWD_TP = {
+    CollectiveType.ALL_GATHER: CollectiveType.REDUCE_SCATTER,
+    CollectiveType.REDUCE_SCATTER: CollectiveType.ALL_GATHER,
+    CollectiveType.ALL_REDUCE: CollectiveType.ALL_REDUCE,
+    CollectiveType.ALL_TO_ALL: CollectiveType.ALL_TO_ALL,
+}
+
+
+def backward_of(ops: list[Op]) -> list[Op]:
+    """Backward of a forward op list: reverse order; a GEMM becomes data-grad + weight-grad GEMMs
+    (2x FLOPs), attention 2x FLOPs, memory-bound ops 2x bytes; TP all-gather <-> reduce-scatter."""
+    out: list[Op] = []
+    for op in reversed(ops):
+        if isinstance(op, CommOp):
+            out.append(CommOp(op.name + "_bwd", op.kind, _BWD_TP[op.collective], op.size_bytes))
+        elif op.kernel_class is KernelClass.GEMM:
+            out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels))
+            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels))
+        elif op.kernel_class is KernelClass.ATTENTION:
+            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels))
+        else:
+            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed, op.kernels))
+    return out
+
+
+def layer_backward(model: ModelSpec, fw: Framework) -> list[Op]:
+    """Backward of one layer, preceded by its recomputation under activation recompute."""
+    fwd = layer_forward(model, fw)
+    pre: list[Op] = []
+    if fw.recompute is Recompute.FULL:
+        pre = [_renamed(op, "recompute_") for op in fwd]
+    elif fw.recompute is Recompute.SELECTIVE and not model.flash_attention:
+        core = attention_core_ops(model, fw, dims(model, fw))
+        pre = [_renamed(op, "recompute_") for op in core if isinstance(op, ComputeOp)]
+    return pre + backward_of(fwd)
+
+
+def _renamed(op: Op, prefix: str) -> Op:
+    if isinstance(op, CommOp):
+        return CommOp(prefix + op.name, op.kind, op.collective, op.size_bytes)
+    return ComputeOp(prefix + op.name, op.kernel_class, op.flops, op.bytes_accessed, op.kernels)
+
+
+def embedding_forward(model: ModelSpec, fw: Framework) -> list[Op]:
+    """Vocab-parallel embedding lookup on the first stage (+ TP reduction of the partial lookups)."""
+    d = dims(model, fw)
+    ops: list[Op] = [_mem("embedding", KernelClass.EMBEDDING, 2 * d.tokens * model.hidden * d.elt, kernels=3)]
+    ops += _tp_out(model, fw, d, "tp_reduce_embedding")
+    return ops
+
+
+def head_forward(model: ModelSpec, fw: Framework) -> list[Op]:
+    """Final norm, vocab-parallel logits GEMM and cross-entropy on the last stage."""
+    d = dims(model, fw)
+    v_tp = model.vocab // fw.tp
+    ops: list[Op] = [_mem("final_norm", KernelClass.NORM, 2 * d.tokens_sp * model.hidden * d.elt)]
+    ops += _tp_in(model, fw, d, "tp_allgather_head")
+    ops.append(_gemm("logits", d.tokens, v_tp, model.hidden, d.elt))
+    ops.append(_mem("cross_entropy", KernelClass.SOFTMAX, 3 * d.tokens * v_tp * 4, kernels=6))
+    return ops
+
+
+def head_backward(model: ModelSpec, fw: Framework) -> list[Op]:
+    return backward_of(head_forward(model, fw))
+
+
+def embedding_backward(model: ModelSpec, fw: Framework) -> list[Op]:
+    return backward_of(embedding_forward(model, fw))
+
+
+def pp_activation_bytes(model: ModelSpec, fw: Framework) -> int:
+    """Bytes sent between pipeline stages per micro-batch (scattered over TP under SP)."""
+    d = dims(model, fw)
+    return d.tokens_sp * model.hidden * d.elt
+
+
+def flops_of(ops: list[Op]) -> int:
+    return sum(op.flops for op in ops if isinstance(op, ComputeOp))
