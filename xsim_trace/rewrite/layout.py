@@ -1,0 +1,56 @@
+"""Where each rank of a plan lives: pipeline, stage, TP rank, device group, node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xsim_trace.rewrite.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    rank: int
+    pipeline: int
+    stage: int
+    tp_rank: int
+    tp: int
+    group: str
+    device: str  # catalog name
+    device_index: int  # index within its device group
+    node: str  # "<group>/<node index>": ranks on one node share the intra-node link
+
+    def bw_GBps(self, other: "RankInfo", plan: Plan) -> float:
+        """Link bandwidth between two ranks: intra-node NVLink when they share a node, else the
+        slower of the two NICs."""
+        if self.node == other.node:
+            return plan.group(self.group).intra_GBps
+        return min(plan.group(self.group).nic_gbps, plan.group(other.group).nic_gbps) / 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    ranks: tuple[RankInfo, ...]
+    stage_ranks: dict[tuple[int, int], tuple[int, ...]]  # (pipeline, stage) -> ranks by TP rank
+
+    def of(self, pipeline: int, stage: int) -> tuple[int, ...]:
+        return self.stage_ranks[(pipeline, stage)]
+
+
+def layout(plan: Plan) -> Layout:
+    """Ranks numbered pipeline by pipeline, stage by stage, TP rank by TP rank; each stage takes the
+    next ``tp`` devices of its group (so a TP group stays inside a node when it fits)."""
+    cursor = {g.name: 0 for g in plan.groups}
+    ranks: list[RankInfo] = []
+    stage_ranks: dict[tuple[int, int], tuple[int, ...]] = {}
+    for p, pipe in enumerate(plan.pipelines):
+        for s, st in enumerate(pipe.stages):
+            g = plan.group(st.group)
+            mine = []
+            for t in range(st.tp):
+                idx = cursor[g.name]
+                cursor[g.name] += 1
+                r = len(ranks)
+                ranks.append(RankInfo(r, p, s, t, st.tp, g.name, g.device, idx, f"{g.name}/{idx // g.devices_per_node}"))
+                mine.append(r)
+            stage_ranks[(p, s)] = tuple(mine)
+    return Layout(tuple(ranks), stage_ranks)

@@ -1,0 +1,54 @@
+"""The transformer geometry a plan is checked against (heads for TP, sizes for memory)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    num_layers: int
+    hidden: int
+    heads: int
+    ffn_hidden: int
+    vocab: int = 32000
+    seq_len: int = 2048
+    micro_batch_size: int = 1
+    kv_heads: int = 0  # 0 = same as heads (no GQA)
+    gated_mlp: bool = True  # Llama SwiGLU: three ffn matrices instead of two
+    bytes_per_param_state: int = 16  # bf16 weight + grad, fp32 master + Adam moments
+    dtype_bytes: int = 2
+    name: str = ""
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+    def layer_params(self) -> int:
+        h, f = self.hidden, self.ffn_hidden
+        kv_dim = h * self.kv // self.heads
+        attn = h * h * 2 + 2 * h * kv_dim  # q, o and k, v projections
+        mlp = (3 if self.gated_mlp else 2) * h * f
+        return attn + mlp + 2 * h  # two norms
+
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    def layer_grad_bytes(self) -> int:
+        """Bytes of one layer's gradient (what DP all-reduces), unsharded."""
+        return self.layer_params() * self.dtype_bytes
+
+    def boundary_activation_bytes(self) -> int:
+        """Bytes of the hidden state passed between pipeline stages for one micro-batch."""
+        return self.seq_len * self.micro_batch_size * self.hidden * self.dtype_bytes
+
+    def layer_activation_bytes(self, tp: int) -> int:
+        """Activation memory one layer keeps for backward per micro-batch (Korthikanti et al.'s
+        s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes, no recompute, no sequence parallelism)."""
+        s, b, h, a = self.seq_len, self.micro_batch_size, self.hidden, self.heads
+        return int(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
+
+    def layer_fwd_flops(self) -> int:
+        """Forward FLOPs of one layer for one micro-batch (GEMMs + attention scores)."""
+        tokens = self.seq_len * self.micro_batch_size
+        return 2 * tokens * self.layer_params() + 4 * tokens * self.seq_len * self.hidden

@@ -1,0 +1,219 @@
+"""Per-layer templates: a layer's forward and backward compute and TP communication, measured on
+one device at one TP degree, from which the rewriter builds any stage of any plan.
+
+:func:`extract_templates` reads them from a captured or generated trace: nodes carry the ``layer``
+attribute (or a name like ``layers.7.mlp`` / ``layer_7`` / ``layer7``), the ``phase`` attribute (or a
+name with ``bwd`` / ``backward`` / ``grad``) says which pass; nodes named for the embedding go to the
+pre-layer template, nodes named for the head / loss to the post-layer template.
+:func:`templates_from_model` builds them from model geometry with the device catalog's roofline.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from xsim_trace.devices import KernelClass, classify_kernel, gemm_bytes, gemm_flops, get_device, kernel_time_ns
+from xsim_trace.errors import GraphError
+from xsim_trace.graph import attrs as A
+from xsim_trace.graph.kinds import CollectiveType, NodeType
+from xsim_trace.graph.model import Node, Trace
+from xsim_trace.rewrite.model_spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+_LAYER_NAME = re.compile(r"(?:^|[^a-z])(?:layers?|blocks?|h)[._\-]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+_BWD_NAME = re.compile(r"bwd|backward|grad", re.IGNORECASE)
+_PRE_NAME = re.compile(r"embed|wte|tok_emb", re.IGNORECASE)
+_POST_NAME = re.compile(r"lm_head|output_layer|head|loss|logits|final_norm|ln_f", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class OpTemplate:
+    name: str
+    kind: str  # "comp" or "coll"
+    duration_ns: int = 0
+    kernel_class: str = "other"
+    flops: int = 0
+    bytes_accessed: int = 0
+    comm_type: CollectiveType = CollectiveType.ALL_REDUCE
+    comm_size_bytes: int = 0
+    tp_sharded: bool = True  # compute shrinks with TP (GEMMs, attention); False for replicated work
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTemplate:
+    fwd: tuple[OpTemplate, ...]
+    bwd: tuple[OpTemplate, ...]
+    layer: int = -1
+
+    def compute_ns(self) -> int:
+        return sum(o.duration_ns for o in self.fwd + self.bwd if o.kind == "comp")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTemplate:
+    layers: tuple[LayerTemplate, ...]
+    device: str  # where it was measured (catalog name)
+    tp: int  # TP degree it was measured at
+    activation_bytes: int  # stage-boundary hidden state of one micro-batch
+    layer_grad_bytes: int  # one layer's gradient, unsharded
+    pre: LayerTemplate | None = None
+    post: LayerTemplate | None = None
+    source: str = ""
+
+    def layer(self, index: int) -> LayerTemplate:
+        """Template of model layer ``index``; a trace with fewer layers repeats them cyclically."""
+        return self.layers[index % len(self.layers)]
+
+
+def _op_from_node(n: Node) -> OpTemplate | None:
+    if n.type == NodeType.COMP and not n.is_cpu_op:
+        kc = n.attr(A.KERNEL_CLASS) or classify_kernel(n.name).value
+        return OpTemplate(name=n.name, kind="comp", duration_ns=n.duration_ns, kernel_class=str(kc),
+                          flops=int(n.attr(A.NUM_OPS, 0) or n.attr(A.FLOPS, 0) or 0),
+                          bytes_accessed=int(n.attr(A.BYTES_ACCESSED, 0) or 0),
+                          tp_sharded=kc in (KernelClass.GEMM.value, KernelClass.ATTENTION.value))
+    if n.type == NodeType.COMM_COLL:
+        kind = str(n.attr(A.COMM_KIND, "tp") or "tp")
+        if kind != "tp":
+            return None  # DP / PP / reshard traffic is re-planned, not templated
+        return OpTemplate(name=n.name, kind="coll", comm_type=n.comm_type or CollectiveType.ALL_REDUCE,
+                          comm_size_bytes=n.comm_size_bytes)
+    return None
+
+
+def _layer_of(n: Node) -> int | None:
+    v = n.attr(A.LAYER)
+    if v is not None:
+        return int(v)
+    m = _LAYER_NAME.search(n.name)
+    return int(m.group(1)) if m else None
+
+
+def _is_bwd(n: Node) -> bool:
+    phase = n.attr(A.PHASE)
+    if phase is not None:
+        return str(phase) == "bwd"
+    return bool(_BWD_NAME.search(n.name))
+
+
+def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None = None,
+                      model: ModelSpec | None = None) -> ModelTemplate:
+    """Templates of the layers in ``trace`` (one rank; nodes in file order).
+
+    ``device`` defaults to the trace's ``device_name`` metadata, ``tp`` to its ``tp_degree``
+    metadata (else 1).  Boundary activation and gradient sizes come from ``model`` when given, else
+    from the first PP send's size and the trace's DP collectives.
+    """
+    src = trace.source or "<trace>"
+    dev_name = device or trace.metadata.attr(A.META_DEVICE)
+    if not dev_name:
+        raise GraphError("the trace names no device (device_name metadata); pass the device", file=src)
+    dev = get_device(str(dev_name)).name
+    tp = int(tp or trace.metadata.attr(A.META_TP, 1) or 1)
+    fwd: dict[int, list[OpTemplate]] = {}
+    bwd: dict[int, list[OpTemplate]] = {}
+    pre: tuple[list[OpTemplate], list[OpTemplate]] = ([], [])
+    post: tuple[list[OpTemplate], list[OpTemplate]] = ([], [])
+    send_bytes = 0
+    dp_bytes = 0
+    for n in trace.nodes:
+        if n.type == NodeType.COMM_SEND and not send_bytes:
+            send_bytes = n.comm_size_bytes
+        if n.type == NodeType.COMM_COLL and str(n.attr(A.COMM_KIND, "")) == "dp":
+            dp_bytes += n.comm_size_bytes
+        op = _op_from_node(n)
+        if op is None:
+            continue
+        layer = _layer_of(n)
+        back = _is_bwd(n)
+        if layer is not None and layer >= 0:
+            (bwd if back else fwd).setdefault(layer, []).append(op)
+        elif _PRE_NAME.search(n.name):
+            pre[1 if back else 0].append(op)
+        elif _POST_NAME.search(n.name):
+            post[1 if back else 0].append(op)
+    indices = sorted(set(fwd) | set(bwd))
+    if not indices:
+        raise GraphError("no per-layer nodes found (no 'layer' attribute and no layers.N-style names)", file=src)
+    if indices != list(range(indices[0], indices[0] + len(indices))):
+        raise GraphError(f"layer indices are not contiguous: {indices[:6]}...", file=src)
+    layers = tuple(LayerTemplate(tuple(fwd.get(i, ())), tuple(bwd.get(i, ())), i) for i in indices)
+    if model is not None:
+        act, grad = model.boundary_activation_bytes(), model.layer_grad_bytes()
+    else:
+        act = send_bytes * tp if send_bytes else 0
+        grad = dp_bytes * tp // len(layers) if dp_bytes else 0
+        if not act or not grad:
+            raise GraphError("cannot tell boundary activation / gradient sizes from the trace; give the model", file=src)
+    log.info("templates from %s: %d layers measured on %s at TP %d", src, len(layers), dev, tp)
+    return ModelTemplate(
+        layers=layers, device=dev, tp=tp, activation_bytes=act, layer_grad_bytes=grad,
+        pre=LayerTemplate(tuple(pre[0]), tuple(pre[1])) if pre[0] or pre[1] else None,
+        post=LayerTemplate(tuple(post[0]), tuple(post[1])) if post[0] or post[1] else None,
+        source=src,
+    )
+
+
+def _comp(name: str, kc: KernelClass, flops: int, nbytes: int, device: str, sharded: bool = True) -> OpTemplate:
+    return OpTemplate(name=name, kind="comp", duration_ns=kernel_time_ns(kc, flops, nbytes, device),
+                      kernel_class=kc.value, flops=flops, bytes_accessed=nbytes, tp_sharded=sharded)
+
+
+def templates_from_model(model: ModelSpec, device: str, tp: int = 1) -> ModelTemplate:
+    """Roofline templates of a Llama/GPT-style layer at TP ``tp`` on ``device`` (catalog times):
+    QKV, attention, output projection, TP all-reduce, MLP in/out, TP all-reduce, two norms;
+    backward GEMMs cost twice the forward (input and weight gradients), attention 2.5x."""
+    dev = get_device(device).name
+    tokens = model.seq_len * model.micro_batch_size
+    h, f, t = model.hidden, model.ffn_hidden, tp
+    kv_dim = h * model.kv // model.heads
+    act = tokens * h * model.dtype_bytes
+    n_in = (2 if model.gated_mlp else 1) * f
+    gemms = [("qkv", h, (h + 2 * kv_dim) // t), ("attn_out", h // t, h), ("mlp_in", h, n_in // t), ("mlp_out", f // t, h)]
+    attn_flops = 4 * tokens * model.seq_len * h // t
+    attn_bytes = 4 * tokens * h * model.dtype_bytes // t
+    norm_bytes = 2 * act
+
+    def layer_ops(back: bool) -> tuple[OpTemplate, ...]:
+        k = 2 if back else 1
+        tag = "bwd" if back else "fwd"
+        ops = [_comp(f"norm1_{tag}", KernelClass.NORM, 0, norm_bytes * k, dev, sharded=False)]
+        for name, kk, n in gemms[:1]:
+            ops.append(_comp(f"{name}_{tag}", KernelClass.GEMM, k * gemm_flops(tokens, n, kk), k * gemm_bytes(tokens, n, kk), dev))
+        ops.append(_comp(f"attention_{tag}", KernelClass.ATTENTION, int(attn_flops * (2.5 if back else 1)), attn_bytes * k, dev))
+        name, kk, n = gemms[1]
+        ops.append(_comp(f"{name}_{tag}", KernelClass.GEMM, k * gemm_flops(tokens, n, kk), k * gemm_bytes(tokens, n, kk), dev))
+        if t > 1:
+            ops.append(OpTemplate(name=f"tp_allreduce_attn_{tag}", kind="coll", comm_size_bytes=act))
+        ops.append(_comp(f"norm2_{tag}", KernelClass.NORM, 0, norm_bytes * k, dev, sharded=False))
+        for name, kk, n in gemms[2:]:
+            ops.append(_comp(f"{name}_{tag}", KernelClass.GEMM, k * gemm_flops(tokens, n, kk), k * gemm_bytes(tokens, n, kk), dev))
+        if t > 1:
+            ops.append(OpTemplate(name=f"tp_allreduce_mlp_{tag}", kind="coll", comm_size_bytes=act))
+        return tuple(reversed(ops)) if back else tuple(ops)
+
+    layer = LayerTemplate(layer_ops(False), layer_ops(True), 0)
+    v = model.vocab
+    pre = LayerTemplate(
+        (_comp("embedding_fwd", KernelClass.EMBEDDING, 0, 2 * act, dev, sharded=False),),
+        (_comp("embedding_bwd", KernelClass.EMBEDDING, 0, 2 * act, dev, sharded=False),),
+    )
+    post = LayerTemplate(
+        (_comp("lm_head_fwd", KernelClass.GEMM, gemm_flops(tokens, v // t, h), gemm_bytes(tokens, v // t, h), dev),
+         _comp("loss_fwd", KernelClass.SOFTMAX, 0, 2 * tokens * (v // t) * 4, dev)),
+        (_comp("loss_bwd", KernelClass.SOFTMAX, 0, 2 * tokens * (v // t) * 4, dev),
+         _comp("lm_head_bwd", KernelClass.GEMM, 2 * gemm_flops(tokens, v // t, h), 2 * gemm_bytes(tokens, v // t, h), dev)),
+    )
+    return ModelTemplate(
+        layers=(layer,), device=dev, tp=tp, activation_bytes=act, layer_grad_bytes=model.layer_grad_bytes(),
+        pre=pre, post=post, source=f"roofline:{model.name or 'model'}@{dev}/tp{tp}",
+    )
+
+
+def iter_ops(templates: Iterable[LayerTemplate], back: bool) -> Iterable[OpTemplate]:
+    for t in templates:
+        yield from (t.bwd if back else t.fwd)
