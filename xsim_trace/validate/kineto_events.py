@@ -1,0 +1,210 @@
+"""Streaming access to the events of Kineto (PyTorch profiler) JSON captures, for the measured side.
+
+Inputs may be a ``.json`` / ``.json.gz`` file, a folder of rank files, a glob, or a ``.tar.gz`` of rank
+files (members are streamed out of the archive, never extracted).  Events are read with ijson one at
+a time; only the fields the measurements need are kept, as integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import gzip
+import io
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+import ijson
+
+from xsim_trace.errors import FormatError
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+_JSON_SUFFIXES = (".json", ".json.gz")
+_RANK_IN_NAME = (
+    re.compile(r"(?:rank|worker|trainer|gpu)[_\-.]?(\d+)", re.IGNORECASE),
+    re.compile(r"[_\-.](\d+)\.(?:pt\.trace\.)?json(?:\.gz)?$", re.IGNORECASE),
+)
+
+#: Kineto categories of device-side activity
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: Kineto categories of host-side activity
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureFile:
+    """One Kineto JSON (plain or gzip), possibly a member of an archive."""
+
+    name: str
+    opener: Callable[[], IO[bytes]]
+
+    def open(self) -> IO[bytes]:
+        raw = self.opener()
+        if not hasattr(raw, "peek"):
+            raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+        if raw.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[union-attr]
+            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return raw
+
+    @property
+    def rank_hint(self) -> int | None:
+        base = os.path.basename(self.name)
+        for pattern in _RANK_IN_NAME:
+            m = pattern.search(base)
+            if m:
+                return int(m.group(1))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """The fields of one ``ph: "X"`` event that measurements use (times in integer ns)."""
+
+    index: int
+    cat: str
+    name: str
+    ts_ns: int
+    dur_ns: int
+    tid: int | str
+    stream: int | None = None
+    correlation: int | None = None
+    args: dict | None = None  # only kept for NCCL kernels and ProfilerStep spans
+
+    @property
+    def end_ns(self) -> int:
+        return self.ts_ns + self.dur_ns
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    rank: int | None
+    world_size: int | None
+    device_name: str
+
+
+def us_to_ns(value: object) -> int:
+    """Kineto microseconds (int, float or Decimal) to integer nanoseconds, rounded half-even."""
+    if isinstance(value, Decimal):
+        return int((value * 1000).to_integral_value())
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float):
+        return int(round(Decimal(repr(value)) * 1000))
+    raise TypeError(f"not a number: {value!r}")
+
+
+def _tar_members(path: Path) -> list[CaptureFile]:
+    out: list[CaptureFile] = []
+    with tarfile.open(path, "r:*") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile() and m.name.endswith(_JSON_SUFFIXES))
+
+    for member in names:
+        def opener(member: str = member) -> IO[bytes]:
+            tar = tarfile.open(path, "r:*")
+            f = tar.extractfile(member)
+            assert f is not None
+            return f  # the TarFile stays alive as long as the member stream references it
+
+        out.append(CaptureFile(f"{path}:{member}", opener))
+    return out
+
+
+def resolve_captures(spec: str | os.PathLike[str]) -> list[CaptureFile]:
+    """Kineto files named by ``spec`` (file, folder, glob or tarball), sorted by name."""
+    text = os.fspath(spec)
+    path = Path(text)
+    if path.is_dir():
+        files: list[CaptureFile] = []
+        for child in sorted(path.iterdir()):
+            if child.name.endswith(_TAR_SUFFIXES):
+                files.extend(_tar_members(child))
+            elif child.is_file() and child.name.endswith(_JSON_SUFFIXES):
+                files.append(CaptureFile(str(child), lambda c=child: open(c, "rb")))
+        return [f for f in files if is_kineto(f)]
+    if path.is_file():
+        if text.endswith(_TAR_SUFFIXES):
+            return _tar_members(path)
+        return [CaptureFile(text, lambda: open(path, "rb"))]
+    matches = sorted(_glob.glob(text))
+    if matches:
+        out: list[CaptureFile] = []
+        for m in matches:
+            out.extend(resolve_captures(m))
+        return out
+    raise FormatError("no such Kineto capture (file, folder, glob or .tar.gz)", file=text)
+
+
+def is_kineto(capture: CaptureFile) -> bool:
+    """Whether the file looks like a Kineto capture (not a PyTorch Execution Trace), by its first 64 KiB."""
+    with capture.open() as f:
+        head = f.read(65536)
+    return any(key in head for key in (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"'))
+
+
+def read_header(capture: CaptureFile) -> Header:
+    """Rank, world size and GPU name from ``distributedInfo`` / ``deviceProperties``."""
+    rank = world = None
+    device = ""
+    try:
+        with capture.open() as f:
+            for prefix, event, value in ijson.parse(f):
+                if prefix == "distributedInfo.rank" and event == "number":
+                    rank = int(value)
+                elif prefix == "distributedInfo.world_size" and event == "number":
+                    world = int(value)
+                elif prefix == "deviceProperties.item.name" and event == "string" and not device:
+                    device = value
+                elif prefix == "traceEvents" and event == "start_array" and rank is not None and device:
+                    break
+    except ijson.JSONError as exc:
+        raise FormatError(f"not valid JSON: {exc}", file=capture.name) from None
+    if rank is None:
+        rank = capture.rank_hint
+    return Header(rank=rank, world_size=world, device_name=device)
+
+
+def _int_or_none(value: object) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def iter_events(capture: CaptureFile) -> Iterator[Event]:
+    """Every complete (``ph: "X"``) event of ``capture``, in file order, streamed."""
+    try:
+        with capture.open() as f:
+            for index, raw in enumerate(ijson.items(f, "traceEvents.item")):
+                if not isinstance(raw, dict) or raw.get("ph") != "X":
+                    continue
+                try:
+                    ts_ns = us_to_ns(raw["ts"])
+                    dur_ns = us_to_ns(raw.get("dur", 0))
+                except (KeyError, TypeError):
+                    raise FormatError("event without a numeric ts/dur", file=capture.name, event=index) from None
+                cat = str(raw.get("cat", ""))
+                name = str(raw.get("name", ""))
+                args = raw.get("args") or {}
+                keep_args = None
+                if name.startswith("ProfilerStep#") or (cat == "kernel" and "nccl" in name.lower()):
+                    keep_args = {k: (float(v) if isinstance(v, Decimal) else v) for k, v in args.items()}
+                yield Event(
+                    index=index,
+                    cat=cat,
+                    name=name,
+                    ts_ns=ts_ns,
+                    dur_ns=dur_ns,
+                    tid=raw.get("tid", 0),
+                    stream=_int_or_none(args.get("stream")),
+                    correlation=_int_or_none(args.get("correlation")),
+                    args=keep_args,
+                )
+    except ijson.JSONError as exc:
+        raise FormatError(f"not valid JSON: {exc}", file=capture.name) from None
