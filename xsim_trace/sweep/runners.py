@@ -1,0 +1,193 @@
+"""Units of work of a sweep: a runner turns one run's parameters into a result mapping.
+
+Built-in runners:
+
+``network``  one micro case (:mod:`xsim_trace.sweep.micro`) on one backend.  Parameters: ``case``
+             (single), ``ranks`` (4), ``size_bytes`` (16 MiB), ``bw_GBps`` (25), ``latency_ns`` (1000),
+             ``backend`` (analytical).  Result: ``makespan_ns`` (= ``iteration_ns``), ``flows``.
+
+``pipeline`` an analytic training iteration of a pipeline-parallel plan whose communication times
+             come from a backend.  Parameters (defaults): ``schedule`` (1f1b), ``stages`` (2),
+             ``microbatches`` (8), ``chunks`` (1), ``layers`` (32), ``fwd_ns_per_layer`` (1e6),
+             ``bwd_ns_per_layer`` (2 x forward), ``activation_bytes`` (16 MiB, one stage-to-stage
+             transfer), ``dp`` (1), ``grad_bytes`` (0, the whole model's gradient), ``bw_GBps`` (25),
+             ``latency_ns`` (1000), ``backend`` (analytical).  Ranks: replica d, stage s is rank
+             ``d * stages + s`` on one switch.  ``p2p_ns`` = one activation transfer on the idle network
+             (backend); the schedule's timeline (:func:`xsim_trace.rewrite.schedules.analytic_timeline`)
+             gives ``pipeline_ns``; the gradient all-reduce is a ring over the replicas of every stage at
+             once, 2(dp-1) identical steps of one chunk each (one step simulated, times 2(dp-1)) ->
+             ``dp_allreduce_ns``; ``iteration_ns`` = ``pipeline_ns`` + ``dp_allreduce_ns`` (no overlap).
+
+``package.module:function``  any importable callable ``f(params) -> mapping`` (e.g. a replay of a trace
+             on a cluster); it must return JSON-serialisable values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from xsim_trace.errors import ConfigError, XsimError
+from xsim_trace.network.protocol import Flow
+from xsim_trace.sweep.backends import close_backend, make_named_backend, star_topology
+from xsim_trace.sweep.micro import TimedFlow, micro_flows, run_flows
+
+Runner = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+class _Params:
+    """Typed access to a run's parameters with field-naming errors; unknown names are an error."""
+
+    def __init__(self, params: Mapping[str, Any], known: tuple[str, ...]) -> None:
+        extra = sorted(set(params) - set(known))
+        if extra:
+            raise ConfigError(f"unknown parameter {extra[0]!r} (known: {', '.join(known)})", field=extra[0])
+        self.p = params
+
+    def int(self, name: str, default: int, minimum: int = 0) -> int:
+        v = self.p.get(name, default)
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            raise ConfigError(f"expected an integer >= {minimum}, found {v!r}", field=name)
+        return v
+
+    def num(self, name: str, default: float, *, positive: bool = True) -> float:
+        v = self.p.get(name, default)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or (positive and v <= 0) or v < 0:
+            raise ConfigError(f"expected a {'positive' if positive else 'non-negative'} number, found {v!r}",
+                              field=name)
+        return float(v)
+
+    def str(self, name: str, default: str) -> str:
+        v = self.p.get(name, default)
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"expected a name, found {v!r}", field=name)
+        return v
+
+
+_NETWORK_PARAMS = ("case", "ranks", "size_bytes", "bw_GBps", "latency_ns", "backend")
+
+
+def network_runner(params: Mapping[str, Any]) -> dict[str, Any]:
+    p = _Params(params, _NETWORK_PARAMS)
+    ranks = p.int("ranks", 4, 2)
+    flows = micro_flows(p.str("case", "single"), ranks, p.int("size_bytes", 16 << 20, 1))
+    topology = star_topology(ranks, p.num("bw_GBps", 25.0), p.int("latency_ns", 1000))
+    backend = make_named_backend(p.str("backend", "analytical"), topology)
+    try:
+        finish = run_flows(backend, flows)
+    finally:
+        close_backend(backend)
+    makespan = max(finish.values())
+    return {"iteration_ns": makespan, "makespan_ns": makespan, "flows": len(flows)}
+
+
+_PIPELINE_PARAMS = ("schedule", "stages", "microbatches", "chunks", "layers", "fwd_ns_per_layer", "bwd_ns_per_layer",
+                    "activation_bytes", "dp", "grad_bytes", "bw_GBps", "latency_ns", "backend")
+
+
+def _phase_ns(backend: Any, flows: list[Flow], start_ns: int) -> int:
+    if not flows:
+        return 0
+    finish = run_flows(backend, [TimedFlow(start_ns, f) for f in flows])
+    return max(finish.values()) - start_ns
+
+
+def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
+    from xsim_trace.rewrite.schedules import analytic_timeline  # noqa: PLC0415 - rewrite is optional here
+
+    p = _Params(params, _PIPELINE_PARAMS)
+    schedule = p.str("schedule", "1f1b")
+    stages, mb, chunks = p.int("stages", 2, 1), p.int("microbatches", 8, 1), p.int("chunks", 1, 1)
+    layers, dp = p.int("layers", 32, 1), p.int("dp", 1, 1)
+    if layers < stages * chunks:
+        raise ConfigError(f"expected at least stages x chunks = {stages * chunks} layers, found {layers}",
+                          field="layers")
+    fwd = p.num("fwd_ns_per_layer", 1e6)
+    bwd = p.num("bwd_ns_per_layer", 2 * fwd)
+    act = p.int("activation_bytes", 16 << 20, 0)
+    grad = p.int("grad_bytes", 0, 0)
+    ranks = max(2, stages * dp)
+    topology = star_topology(ranks, p.num("bw_GBps", 25.0), p.int("latency_ns", 1000))
+    backend_name = p.str("backend", "analytical")
+    vstages = stages * chunks
+    per_vs = [layers // vstages + (1 if i < layers % vstages else 0) for i in range(vstages)]
+
+    backend = make_named_backend(backend_name, topology)
+    flows_simulated = 0
+    try:
+        p2p_ns = 0
+        if stages > 1 and act > 0:
+            p2p_ns = _phase_ns(backend, [Flow(0, 0, 1, act)], 0)
+            flows_simulated += 1
+        clock = p2p_ns
+        step_ns = 0
+        if dp > 1 and grad > 0:
+            chunk = math.ceil(grad / stages / dp)
+            ring = [Flow(1 + s * dp + d, d * stages + s, ((d + 1) % dp) * stages + s, chunk)
+                    for s in range(stages) for d in range(dp)]
+            step_ns = _phase_ns(backend, ring, clock)
+            flows_simulated += len(ring)
+    finally:
+        close_backend(backend)
+
+    def op_time(stage: int, op: Any) -> int:
+        n = per_vs[op.chunk * stages + stage]
+        return round(n * (fwd if op.kind == "F" else bwd))
+
+    timeline = analytic_timeline(schedule, stages, mb, op_time, chunks=chunks, p2p_ns=p2p_ns)
+    pipeline_ns = timeline.makespan_ns
+    dp_ns = 2 * (dp - 1) * step_ns
+    bubble = max(timeline.bubble_fraction(s) for s in range(stages))
+    return {
+        "iteration_ns": pipeline_ns + dp_ns, "pipeline_ns": pipeline_ns, "dp_allreduce_ns": dp_ns,
+        "p2p_ns": p2p_ns, "max_bubble_fraction": round(bubble, 6), "ranks": stages * dp,
+        "flows_simulated": flows_simulated,
+    }
+
+
+BUILTIN_RUNNERS: dict[str, Runner] = {"network": network_runner, "pipeline": pipeline_runner}
+
+
+def resolve_runner(name: str) -> Runner:
+    if name in BUILTIN_RUNNERS:
+        return BUILTIN_RUNNERS[name]
+    if ":" not in name:
+        raise ConfigError(f"unknown runner {name!r} (built-in: {', '.join(BUILTIN_RUNNERS)}, or module:function)",
+                          field="runner")
+    mod_name, _, fn_name = name.partition(":")
+    try:
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load runner {name!r}: {exc}", field="runner") from None
+    if not callable(fn):
+        raise ConfigError(f"runner {name!r} is not callable", field="runner")
+    return fn
+
+
+def execute_run(run: Mapping[str, Any]) -> dict[str, Any]:
+    """One run -> one result record (never raises for a failing run: the record says why).
+
+    ``run`` is :meth:`RunSpec.to_dict` plus ``resolved`` (parameters with file paths resolved).
+    """
+    t0 = time.perf_counter()
+    record: dict[str, Any] = {"key": run["key"], "runner": run["runner"], "params": run["params"]}
+    try:
+        fn = resolve_runner(run["runner"])
+        result = fn(run.get("resolved", run["params"]))
+        if not isinstance(result, Mapping):
+            raise ConfigError(f"runner returned {type(result).__name__}, expected a mapping", field="runner")
+        record["status"] = "ok"
+        record["result"] = dict(result)
+    except XsimError as exc:
+        record["status"] = "error"
+        record["error"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a bad run is a result, not the end of the sweep
+        record["status"] = "error"
+        record["error"] = f"{type(exc).__name__}: {exc}"
+    record["wall_s"] = round(time.perf_counter() - t0, 6)
+    return record

@@ -1,0 +1,174 @@
+"""Sweep specifications: which runs a sweep is made of, each with a stable key.
+
+A spec is YAML (or JSON)::
+
+    name: pp-search            # label (optional)
+    runner: pipeline           # built-in runner (network | pipeline) or "package.module:function"
+    metric: iteration_ns       # result field to minimise in the summary (default iteration_ns)
+    top: 10                    # rows in the summary table
+    base: {layers: 32, bw_GBps: 25}        # parameters every run starts from
+    grid:                      # cartesian product, in the order written
+      stages: [1, 2, 4]
+      backend: [analytical, flow]
+    runs:                      # explicit combinations (merged onto base), after the grid
+      - {stages: 8, microbatches: 16}
+
+Either ``grid`` or ``runs`` (or both) must be present; a grid value that is not a list is a
+single value.  A run's key is the first 16 hex digits of the SHA-256 of its runner and its
+parameters as canonical JSON (sorted keys), so it does not depend on the order runs are listed
+in, and identical combinations collapse into one run.  File parameters (``plan``, ``cluster``,
+``trace``, ``workload``) are hashed as written and resolved against the spec's folder when run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from xsim_trace.errors import ConfigError
+
+SPEC_KEYS = ("name", "runner", "metric", "top", "base", "grid", "runs", "description")
+
+
+def _canonical(obj: Any, where: str, file: str | None) -> Any:
+    """Plain JSON types only (so keys are stable and results serialisable)."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        if obj != obj or obj in (float("inf"), float("-inf")):
+            raise ConfigError(f"expected a finite number, found {obj}", file=file, field=where)
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v, f"{where}[{i}]", file) for i, v in enumerate(obj)]
+    if isinstance(obj, Mapping):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise ConfigError(f"expected string keys, found {k!r}", file=file, field=where)
+            out[k] = _canonical(v, f"{where}.{k}" if where else k, file)
+        return out
+    raise ConfigError(f"expected a plain value (number, string, list, mapping), found {type(obj).__name__}",
+                      file=file, field=where)
+
+
+def run_key(runner: str, params: Mapping[str, Any]) -> str:
+    blob = json.dumps({"runner": runner, "params": params}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    key: str
+    runner: str
+    params: Mapping[str, Any]  # canonical JSON types, as written in the spec (the key hashes these)
+    base_dir: str | None = None  # relative file parameters are resolved against it when the run executes
+
+    def resolved_params(self) -> dict[str, Any]:
+        return resolve_paths(dict(self.params), Path(self.base_dir)) if self.base_dir else dict(self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "runner": self.runner, "params": dict(self.params)}
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSpec:
+    name: str
+    runner: str
+    metric: str
+    top: int
+    runs: tuple[RunSpec, ...]
+    varying: tuple[str, ...]  # parameter names whose value differs between runs, in first-seen order
+    source: str | None = None
+
+
+def spec_from_mapping(data: Any, file: str | None = None, base_dir: str | os.PathLike[str] | None = None) -> SweepSpec:
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping at the top of the sweep spec", file=file)
+    unknown = [k for k in data if k not in SPEC_KEYS]
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} (known: {', '.join(SPEC_KEYS)})", file=file, field=unknown[0])
+    runner = data.get("runner", "pipeline")
+    if not isinstance(runner, str) or not runner:
+        raise ConfigError(f"expected a runner name, found {runner!r}", file=file, field="runner")
+    metric = data.get("metric", "iteration_ns")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"expected a result field name, found {metric!r}", file=file, field="metric")
+    top = data.get("top", 10)
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise ConfigError(f"expected a positive integer, found {top!r}", file=file, field="top")
+    base = _canonical(data.get("base") or {}, "base", file)
+    if not isinstance(base, dict):
+        raise ConfigError("expected a mapping of parameters", file=file, field="base")
+    grid = data.get("grid")
+    explicit = data.get("runs")
+    if grid is None and explicit is None:
+        raise ConfigError("expected a 'grid' or 'runs' section", file=file, field="grid")
+    combos: list[dict[str, Any]] = []
+    if grid is not None:
+        grid = _canonical(grid, "grid", file)
+        if not isinstance(grid, dict) or not grid:
+            raise ConfigError("expected a non-empty mapping of parameter -> list of values", file=file, field="grid")
+        axes = []
+        for name, values in grid.items():
+            values = values if isinstance(values, list) else [values]
+            if not values:
+                raise ConfigError("expected at least one value", file=file, field=f"grid.{name}")
+            axes.append([(name, v) for v in values])
+        for point in itertools.product(*axes):
+            combos.append({**base, **dict(point)})
+    if explicit is not None:
+        explicit = _canonical(explicit, "runs", file)
+        if not isinstance(explicit, list):
+            raise ConfigError("expected a list of parameter mappings", file=file, field="runs")
+        for i, entry in enumerate(explicit):
+            if not isinstance(entry, dict):
+                raise ConfigError("expected a mapping of parameters", file=file, field=f"runs[{i}]")
+            combos.append({**base, **entry})
+    runs: list[RunSpec] = []
+    seen: set[str] = set()
+    for params in combos:
+        key = run_key(runner, params)
+        if key not in seen:
+            seen.add(key)
+            runs.append(RunSpec(key, runner, params, str(base_dir) if base_dir is not None else None))
+    varying: list[str] = []
+    for params in combos:
+        for k in params:
+            if k not in varying and len({json.dumps(c.get(k), sort_keys=True) for c in combos}) > 1:
+                varying.append(k)
+    name = str(data.get("name") or (Path(file).stem if file else "sweep"))
+    return SweepSpec(name, runner, metric, top, tuple(runs), tuple(varying), file)
+
+
+#: parameters that name files; relative paths are taken relative to the spec file
+PATH_PARAMS = ("plan", "cluster", "trace", "workload")
+
+
+def resolve_paths(params: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    out = dict(params)
+    for k in PATH_PARAMS:
+        v = out.get(k)
+        if isinstance(v, str) and v and not os.path.isabs(v) and (base_dir / v).exists():
+            out[k] = str((base_dir / v).resolve())
+    return out
+
+
+def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the sweep spec: {exc.strerror}", file=str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise ConfigError(f"not valid YAML{f' (line {line + 1})' if line is not None else ''}", file=str(p)) from None
+    return spec_from_mapping(data, file=str(p), base_dir=p.parent)
