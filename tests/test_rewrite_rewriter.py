@@ -1,0 +1,204 @@
+"""The rewriter end to end: structure of the emitted rank set, and its replay against hand numbers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from xsim_trace.graph import attrs as A
+from xsim_trace.graph.checks import check_rank_set
+from xsim_trace.graph.kinds import CollectiveType, NodeType
+from xsim_trace.graph.model import Trace, make_metadata, make_node
+from xsim_trace.io import read_rank_set, write_rank_set
+from xsim_trace.rewrite.metrics import compute_metrics
+from xsim_trace.rewrite.plan import plan_from_mapping
+from xsim_trace.rewrite.quickreplay import quick_replay
+from xsim_trace.rewrite.rewriter import rewrite
+from xsim_trace.rewrite.templates import extract_templates, templates_from_model
+from xsim_trace.rewrite.model_spec import ModelSpec
+
+from rewrite_helpers import TINY_MODEL, fixed_template, plan_dict
+
+
+def _comm_nodes(traces):
+    return [(r, n) for r, t in traces.items() for n in t.nodes if n.is_comm]
+
+
+def _homogeneous(p: int, m: int, schedule: str = "1f1b", chunks: int = 1) -> dict:
+    layers = p * chunks
+    stages = []
+    for s in range(p):
+        rng = [[c * p + s, c * p + s + 1] for c in range(chunks)]
+        stages.append({"group": "h100", "tp": 1, "layers": rng if chunks > 1 else rng[0]})
+    return plan_dict(model=dict(TINY_MODEL, num_layers=layers), pipelines=[{"stages": stages}], micro_batches=m,
+                     schedule=schedule, chunks=chunks)
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (3, 5), (2, 2)])
+def test_homogeneous_1f1b_replays_with_bubble_p_minus_1_over_m_plus_p_minus_1(p, m):
+    res = rewrite(plan_from_mapping(_homogeneous(p, m)), fixed_template(300_000, 600_000))
+    q = quick_replay(res.traces, lambda a, b: 100.0, latency_ns=0)
+    assert q.iteration_ns == (m + p - 1) * 900_000
+    met = compute_metrics(res.traces, q.times)
+    assert [b.stage for b in met.bubbles] == list(range(p))
+    for b in met.bubbles:
+        assert b.busy_ns == m * 900_000
+        assert b.fraction == pytest.approx((p - 1) / (m + p - 1))
+        assert b.bubble_ns / b.busy_ns == pytest.approx((p - 1) / m)  # relative to the ideal
+
+
+def test_interleaved_and_gpipe_replays_match_the_analytic_schedule():
+    p, m, v = 2, 4, 2
+    res = rewrite(plan_from_mapping(_homogeneous(p, m, "interleaved-1f1b", v)), fixed_template(300_000, 600_000))
+    q = quick_replay(res.traces, lambda a, b: 100.0, latency_ns=0)
+    assert q.iteration_ns == m * v * 900_000 + (p - 1) * 900_000
+    res = rewrite(plan_from_mapping(_homogeneous(3, 4, "gpipe")), fixed_template(300_000, 600_000))
+    assert quick_replay(res.traces, lambda a, b: 100.0, latency_ns=0).iteration_ns == (4 + 2) * 900_000
+
+
+def test_pp_boundary_with_equal_tp_is_tp_rank_to_tp_rank_and_transfers_cost_time():
+    d = plan_dict()
+    d["pipelines"][0]["stages"][1]["tp"] = 2
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=1_000_000))
+    sends = [n for r, n in _comm_nodes(res.traces) if n.type == NodeType.COMM_SEND]
+    assert {(n.comm_src, n.comm_dst) for n in sends} == {(0, 2), (1, 3), (2, 0), (3, 1)}
+    assert {n.comm_size_bytes for n in sends} == {500_000} and {n.attr(A.COMM_KIND) for n in sends} == {"pp"}
+    assert len(sends) == 2 * 2 * 4  # two TP ranks x fwd/bwd x 4 micro-batches
+    # 500 kB at 10 GB/s + 1 us = 51 us per hop; 4 hops in the critical path's fill and drain
+    fast = quick_replay(res.traces, lambda a, b: 1e9, latency_ns=0).iteration_ns
+    slow = quick_replay(res.traces, lambda a, b: 10.0, latency_ns=1000).iteration_ns
+    assert slow - fast >= 2 * 51_000
+
+
+def test_tp6_to_tp4_boundary_gets_the_eight_reshard_flows():
+    d = plan_dict(model=dict(TINY_MODEL, heads=12),
+                  device_groups=[{"name": "h100", "device": "H100", "count": 16}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": 6, "layers": [0, 2]},
+                                         {"group": "h100", "tp": 4, "layers": [2, 4]}]}],
+                  micro_batches=2)
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=12_000))
+    fwd0 = [n for r, n in _comm_nodes(res.traces)
+            if n.type == NodeType.COMM_SEND and n.attr(A.MICROBATCH) == 0 and n.attr(A.PHASE) == "fwd"]
+    assert all(n.attr(A.COMM_KIND) == "reshard" for n in fwd0)
+    # sources are ranks 0-5, destinations 6-9; u = 1000 bytes
+    got = sorted((n.comm_src, n.comm_dst - 6, n.comm_size_bytes) for n in fwd0)
+    assert got == [(0, 0, 2000), (1, 0, 1000), (1, 1, 1000), (2, 1, 2000),
+                   (3, 2, 2000), (4, 2, 1000), (4, 3, 1000), (5, 3, 2000)]
+    assert check_rank_set(res.traces, res.comm_groups) == []
+
+
+@pytest.mark.parametrize("strategy", ["direct", "leader", "broadcast"])
+def test_every_strategy_gives_a_consistent_rank_set_with_comm_kind_everywhere(strategy, tmp_path):
+    d = plan_dict(reshard=strategy)
+    d["pipelines"][0]["replicas"] = 2
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=8_000, tp_coll_bytes=4096))
+    assert check_rank_set(res.traces, res.comm_groups) == []
+    kinds = Counter(n.attr(A.COMM_KIND) for _, n in _comm_nodes(res.traces))
+    assert set(kinds) == {"tp", "reshard", "dp"} and None not in kinds
+    bcasts = [n for _, n in _comm_nodes(res.traces) if n.comm_type == CollectiveType.BROADCAST]
+    assert bool(bcasts) == (strategy == "broadcast")
+    if strategy == "broadcast":  # TP2 -> TP4 forward: G = 2 clusters of (1 source, 2 destinations)
+        # backward TP4 -> TP2: G = 2 clusters of (2 sources, 1 destination)
+        sizes = {n.attr(A.PHASE): len(res.comm_groups[n.pg_name]) for n in bcasts}
+        assert sizes == {"fwd": 3, "bwd": 2}
+    # written and read back as a rank set with comm groups
+    write_rank_set(str(tmp_path / "out"), res.traces, res.comm_groups)
+    back = read_rank_set(str(tmp_path / "out"))
+    assert back.ranks == list(range(12)) and back.comm_groups == res.comm_groups
+    met = compute_metrics(res.traces, quick_replay(res.traces, lambda a, b: 50.0).times)
+    assert [(b.boundary, b.kind, b.exchanges) for b in met.boundaries] == [
+        (f"p{p}:{e}", "reshard", 4) for p in (0, 1) for e in ("v0->v1", "v1->v0")]  # fwd and bwd per replica
+
+
+def test_dp_over_tp2_and_tp4_replicas_uses_four_lcm_rings_per_interval():
+    d = plan_dict(device_groups=[{"name": "h100", "device": "H100", "count": 8},
+                                 {"name": "a100", "device": "A100-SXM4-80GB", "count": 8}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": 2, "layers": [0, 4]}]},
+                             {"stages": [{"group": "a100", "tp": 4, "layers": [0, 4]}]}])
+    res = rewrite(plan_from_mapping(d), fixed_template(grad_bytes=1000))
+    dp = [(r, n) for r, n in _comm_nodes(res.traces) if n.attr(A.COMM_KIND) == "dp"]
+    rings = {n.pg_name: res.comm_groups[n.pg_name] for _, n in dp}
+    # ranks 0,1 = replica A (TP2); 2..5 = replica B (TP4): (A0,B0),(A0,B1),(A1,B2),(A1,B3)
+    assert sorted(rings.values()) == [(0, 2), (0, 3), (1, 4), (1, 5)]
+    assert {n.comm_size_bytes for _, n in dp} == {1000}  # 4 layers x 1000 B / Lc 4
+    assert Counter(r for r, _ in dp) == {0: 2, 1: 2, 2: 1, 3: 1, 4: 1, 5: 1}
+
+
+def test_sweep_line_groups_follow_the_replicas_stage_boundaries():
+    d = plan_dict(model=dict(TINY_MODEL, num_layers=32),
+                  device_groups=[{"name": "a", "device": "A100-SXM4-80GB", "count": 8},
+                                 {"name": "h", "device": "H100", "count": 8}],
+                  pipelines=[{"stages": [{"group": "a", "tp": 1, "layers": [0, 12]}, {"group": "a", "tp": 1, "layers": [12, 32]}]},
+                             {"stages": [{"group": "h", "tp": 1, "layers": [0, 20]}, {"group": "h", "tp": 1, "layers": [20, 32]}]}])
+    res = rewrite(plan_from_mapping(d), fixed_template(fwd_ns=10_000, bwd_ns=20_000, grad_bytes=100))
+    assert [(i.start, i.end, i.members) for i in res.dp_intervals] == [
+        (0, 12, ((0, 0, 0), (1, 0, 0))), (12, 20, ((0, 1, 0), (1, 0, 0))), (20, 32, ((0, 1, 0), (1, 1, 0)))]
+    dp = sorted({(n.name, res.comm_groups[n.pg_name], n.comm_size_bytes) for r, n in _comm_nodes(res.traces)
+                 if n.attr(A.COMM_KIND) == "dp"})
+    assert dp == [("dp_allreduce_L0-12_ring0", (0, 2), 1200), ("dp_allreduce_L12-20_ring0", (1, 2), 800),
+                  ("dp_allreduce_L20-32_ring0", (1, 3), 1200)]
+    # the H100 replica is faster: its members wait at the barrier, the A100 ones do not
+    q = quick_replay(res.traces, lambda a, b: 100.0)
+    met = compute_metrics(res.traces, q.times)
+    waits = {(s.pg_name, s.rank): s.wait_ns for s in met.stragglers}
+    assert all(w >= 0 for w in waits.values())
+    assert any(w > 0 for (pg, r), w in waits.items() if r in (2, 3))
+
+
+def test_bandwidth_aware_ring_order_is_recorded_on_dp_collectives():
+    d = plan_dict(device_groups=[{"name": "h", "device": "H100", "count": 4, "devices_per_node": 2}],
+                  pipelines=[{"stages": [{"group": "h", "tp": 1, "layers": [0, 4]}], "replicas": 4}])
+    res = rewrite(plan_from_mapping(d), fixed_template())
+    dp = [n for _, n in _comm_nodes(res.traces) if n.attr(A.COMM_KIND) == "dp"]
+    assert {tuple(n.attr(A.RING_ORDER)) for n in dp} == {(0, 1, 2, 3)}  # nodes h/0 = {0,1}, h/1 = {2,3}
+
+
+def test_compute_is_scaled_to_the_stage_device_and_tp():
+    d = plan_dict(model=dict(TINY_MODEL, num_layers=2),
+                  device_groups=[{"name": "a", "device": "A100-SXM4-80GB", "count": 8}],
+                  pipelines=[{"stages": [{"group": "a", "tp": 2, "layers": [0, 2]}]}])
+    res = rewrite(plan_from_mapping(d), fixed_template(1_000_000, 2_000_000))  # measured on H100 at TP 1
+    comp = [n for n in res.traces[0].nodes if n.type == NodeType.COMP]
+    from xsim_trace.devices import scale_kernel_ns, tp_scale_ns
+
+    expect = tp_scale_ns(scale_kernel_ns(1_000_000, "H100", "A100-SXM4-80GB", "gemm"), 1, 2, "gemm", device="A100-SXM4-80GB")
+    assert comp[0].duration_ns == expect and expect > 1_000_000 // 2  # A100 slower, TP 2 halves it
+    assert comp[0].duration_micros == expect // 1000
+
+
+def test_templates_extracted_from_a_trace_with_layer_attributes():
+    nodes = [make_node(1, "embedding", NodeType.COMP, duration_micros=5, **{A.DURATION_NS: 5_000})]
+    nid = 2
+    for layer in range(2):
+        for phase, ns in (("fwd", 100_000), ("bwd", 200_000)):
+            nodes.append(make_node(nid, f"layers.{layer}.mlp.{phase}_gemm", NodeType.COMP, data_deps=[nid - 1],
+                                   **{A.DURATION_NS: ns, A.LAYER: layer, A.PHASE: phase, A.KERNEL_CLASS: "gemm"}))
+            nid += 1
+            nodes.append(make_node(nid, f"layers.{layer}.{phase}_allreduce", NodeType.COMM_COLL, data_deps=[nid - 1],
+                                   **{A.COMM_TYPE: 0, A.COMM_SIZE: 4096, A.COMM_KIND: "tp"}))
+            nid += 1
+    trace = Trace(make_metadata(**{A.META_DEVICE: "NVIDIA H100 80GB HBM3", A.META_TP: 2}), tuple(nodes))
+    tm = extract_templates(trace, model=ModelSpec(**TINY_MODEL))
+    assert tm.device == "H100-SXM5-80GB" and tm.tp == 2 and len(tm.layers) == 2
+    assert [o.name for o in tm.layers[1].fwd] == ["layers.1.mlp.fwd_gemm", "layers.1.fwd_allreduce"]
+    assert tm.layers[0].compute_ns() == 300_000 and tm.pre is not None
+    # the extracted templates drive a rewrite on 2 A100 stages at TP 2 (same TP: compute only device-scaled)
+    res = rewrite(plan_from_mapping(plan_dict(model=dict(TINY_MODEL, num_layers=2),
+                                              pipelines=[{"stages": [{"group": "a100", "tp": 2, "layers": [0, 1]},
+                                                                     {"group": "a100", "tp": 2, "layers": [1, 2]}]}])), tm)
+    assert check_rank_set(res.traces, res.comm_groups) == []
+    tp_colls = [n for n in res.traces[0].nodes if n.attr(A.COMM_KIND) == "tp"]
+    assert len(tp_colls) == 2 * 4 and {n.comm_size_bytes for n in tp_colls} == {4096}
+
+
+def test_catalog_templates_make_h100_stages_faster_than_a100():
+    m = ModelSpec(**dict(TINY_MODEL, num_layers=8))
+    tm = templates_from_model(m, "A100-SXM4-80GB", 1)
+    d = plan_dict(model=dict(TINY_MODEL, num_layers=8), partition="auto",
+                  pipelines=[{"stages": [{"group": "h100", "tp": 1}, {"group": "a100", "tp": 1}]}])
+    res = rewrite(plan_from_mapping(d), tm)
+    (a, b), (c, e) = [s.chunks[0] for s in res.plan.pipelines[0].stages]
+    assert (b - a) > (e - c)  # the H100 stage takes more layers
+    assert res.partition_reports and sum(res.partition_reports[0].counts) == 8
