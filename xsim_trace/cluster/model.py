@@ -1,0 +1,171 @@
+"""The cluster description: device groups, their intra-node fabric, NICs, switch fabric, and
+the links joining groups.  Frozen dataclasses; validation lives in :mod:`xsim_trace.cluster.load`.
+
+Units: ``bw_GBps`` = 1e9 bytes/s (per direction), ``bw_gbps`` / ``nic_gbps`` = 1e9 bits/s,
+``latency_ns`` = nanoseconds per link (hop); latencies may be fractional (the backends round).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from xsim_trace.errors import ConfigError
+
+
+class IntraKind(enum.Enum):
+    """How the GPUs of one node are wired."""
+
+    NVSWITCH = "nvswitch"  # every GPU has one link of bw_GBps to a node switch (NVSwitch / PCIe switch)
+    MESH = "mesh"  # direct GPU-GPU links (e.g. DGX-1 hybrid cube mesh), bw_GBps per lane
+
+
+class FabricKind(enum.Enum):
+    """The scale-out network between the NICs of one group's nodes."""
+
+    SINGLE_SWITCH = "single-switch"
+    RAIL_ONLY = "rail-only"  # one switch per NIC rail; cross-rail traffic first crosses NVLink
+    FAT_TREE = "fat-tree"  # two-tier leaf/spine Clos with an oversubscription ratio
+
+
+@dataclass(frozen=True, slots=True)
+class IntraNode:
+    kind: IntraKind = IntraKind.NVSWITCH
+    bw_GBps: float = 0.0  # per GPU per direction (nvswitch) or per lane per direction (mesh)
+    latency_ns: float = 0.0  # per link
+    #: mesh only: (local a, local b, lanes) undirected GPU pairs
+    mesh: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    count: int  # NICs per node
+    nic_gbps: float  # per NIC per direction
+    latency_ns: float = 0.0  # GPU -> NIC hop (PCIe + NIC processing)
+
+    @property
+    def bw_GBps(self) -> float:
+        return self.nic_gbps / 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    kind: FabricKind = FabricKind.SINGLE_SWITCH
+    latency_ns: float = 0.0  # per switch link
+    #: fat-tree: downlink bandwidth of a leaf / its uplink bandwidth (1.0 = non-blocking)
+    oversubscription: float = 1.0
+    #: fat-tree: NIC ports per leaf switch
+    nics_per_leaf: int = 32
+    #: fat-tree: number of spine switches (0 = one per leaf uplink group, derived: min(leaves, nics_per_leaf))
+    spines: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGroup:
+    name: str
+    gpu_type: str
+    count: int
+    devices_per_node: int
+    intra: IntraNode
+    nic: Nic | None
+    fabric: Fabric
+
+    @property
+    def num_nodes(self) -> int:
+        return self.count // self.devices_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLink:
+    """A (WAN-like) link between the fabrics of two groups, full duplex."""
+
+    a: str
+    b: str
+    bw_gbps: float
+    latency_ns: float = 0.0
+
+    @property
+    def bw_GBps(self) -> float:
+        return self.bw_gbps / 8.0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DevicePos:
+    """Where a rank lives: group index, node index within the group, GPU index within the node."""
+
+    group: int
+    node: int
+    local: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    groups: tuple[DeviceGroup, ...]
+    links: tuple[GroupLink, ...] = ()
+    #: rank -> device; empty = ranks numbered group by group, node by node
+    rank_map: tuple[DevicePos, ...] = field(default=())
+
+    @cached_property
+    def positions(self) -> tuple[DevicePos, ...]:
+        if self.rank_map:
+            return self.rank_map
+        out = []
+        for gi, g in enumerate(self.groups):
+            for node in range(g.num_nodes):
+                for local in range(g.devices_per_node):
+                    out.append(DevicePos(gi, node, local))
+        return tuple(out)
+
+    @cached_property
+    def _rank_of_pos(self) -> dict[DevicePos, int]:
+        return {p: r for r, p in enumerate(self.positions)}
+
+    @property
+    def num_ranks(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def _pos(self, rank: int) -> DevicePos:
+        if not 0 <= int(rank) < self.num_ranks:
+            raise ConfigError(f"expected a rank in [0, {self.num_ranks}), found {rank}", rank=rank)
+        return self.positions[int(rank)]
+
+    def group_of(self, rank: int) -> DeviceGroup:
+        return self.groups[self._pos(rank).group]
+
+    def group_index(self, rank: int) -> int:
+        return self._pos(rank).group
+
+    def node_of(self, rank: int) -> int:
+        """Global node index: nodes numbered group by group."""
+        p = self._pos(rank)
+        return sum(g.num_nodes for g in self.groups[: p.group]) + p.node
+
+    def local_of(self, rank: int) -> int:
+        return self._pos(rank).local
+
+    def gpu_type(self, rank: int) -> str:
+        return self.group_of(rank).gpu_type
+
+    def rank_at(self, group: int, node: int, local: int) -> int:
+        return self._rank_of_pos[DevicePos(group, node, local)]
+
+    def ranks_of_group(self, name: str) -> tuple[int, ...]:
+        gi = [g.name for g in self.groups].index(name)
+        return tuple(r for r, p in enumerate(self.positions) if p.group == gi)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(g.num_nodes for g in self.groups)
+
+    @staticmethod
+    def from_dict(data: object, *, file: object = None) -> "Cluster":
+        from xsim_trace.cluster.load import cluster_from_dict  # noqa: PLC0415 - avoid a cycle
+
+        return cluster_from_dict(data, file=file)
+
+    def to_dict(self) -> dict:
+        from xsim_trace.cluster.load import cluster_to_dict  # noqa: PLC0415
+
+        return cluster_to_dict(self)
