@@ -20,6 +20,21 @@ class ModelSpec:
     dtype_bytes: int = 2
     name: str = ""
 
+    @classmethod
+    def from_workload(cls, spec, *, micro_batch_size: int = 1, seq_len: int | None = None) -> "ModelSpec":
+        """From a :class:`xsim_trace.workload.model.ModelSpec` (a preset such as ``llama2-7b``)."""
+        return cls(num_layers=spec.layers, hidden=spec.hidden, heads=spec.heads, ffn_hidden=spec.ffn,
+                   vocab=spec.vocab, seq_len=seq_len or spec.seq_len, micro_batch_size=micro_batch_size,
+                   kv_heads=spec.kv_heads if spec.kv_heads != spec.heads else 0, gated_mlp=spec.swiglu, name=spec.name)
+
+    def to_workload(self):
+        """The workload generator's geometry for this model (no biases, RMSNorm, SwiGLU if gated)."""
+        from xsim_trace.workload.model import ModelSpec as WorkloadModel
+
+        return WorkloadModel(name=self.name or "model", layers=self.num_layers, hidden=self.hidden, ffn=self.ffn_hidden,
+                             heads=self.heads, vocab=self.vocab, seq_len=self.seq_len, kv_heads=self.kv_heads,
+                             swiglu=self.gated_mlp, tied_embeddings=False, norm="rmsnorm", bias=False)
+
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads

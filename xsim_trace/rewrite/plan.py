@@ -140,17 +140,29 @@ _MODEL_FIELDS = {"num_layers": int, "hidden": int, "heads": int, "ffn_hidden": i
 
 
 def _model(c: _Ctx, m: Any) -> ModelSpec:
+    if isinstance(m, str):
+        m = {"preset": m}
     if not isinstance(m, Mapping):
-        raise c.err(f"expected a mapping, found {m!r}", "model")
-    kw: dict[str, Any] = {}
+        raise c.err(f"expected a mapping or a preset name, found {m!r}", "model")
+    base: dict[str, Any] = {}
+    if "preset" in m:
+        from xsim_trace.workload.model import get_model
+
+        try:
+            spec = ModelSpec.from_workload(get_model(c.get(m, "preset", "model.", str)))
+        except ConfigError as exc:
+            raise c.err(exc.message, "model.preset") from None
+        base = {k: getattr(spec, k) for k in ModelSpec.__slots__ if k not in ("bytes_per_param_state", "dtype_bytes")}
+        m = {k: v for k, v in m.items() if k != "preset"}
+    kw: dict[str, Any] = {k: v for k, v in base.items() if k != "name"}
     for key in _MODEL_FIELDS:
-        required = key in ("num_layers", "hidden", "heads", "ffn_hidden")
+        required = key in ("num_layers", "hidden", "heads", "ffn_hidden") and key not in base
         v = c.positive(m, key, "model.", ... if required else None) if key != "kv_heads" else c.get(m, key, "model.", int, None)
         if v is not None:
             kw[key] = v
     if "gated_mlp" in m:
         kw["gated_mlp"] = bool(c.get(m, "gated_mlp", "model.", bool))
-    kw["name"] = str(m.get("name", ""))
+    kw["name"] = str(m.get("name", base.get("name", "")))
     unknown = sorted(set(m) - set(_MODEL_FIELDS) - {"gated_mlp", "name"})
     if unknown:
         raise c.err(f"unknown field {unknown[0]!r}", f"model.{unknown[0]}")

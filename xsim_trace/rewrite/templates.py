@@ -5,7 +5,8 @@ one device at one TP degree, from which the rewriter builds any stage of any pla
 attribute (or a name like ``layers.7.mlp`` / ``layer_7`` / ``layer7``), the ``phase`` attribute (or a
 name with ``bwd`` / ``backward`` / ``grad``) says which pass; nodes named for the embedding go to the
 pre-layer template, nodes named for the head / loss to the post-layer template.
-:func:`templates_from_model` builds them from model geometry with the device catalog's roofline.
+:func:`templates_from_model` builds them from model geometry: the workload generator's per-layer
+ops timed by the device catalog's roofline.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from xsim_trace.devices import KernelClass, classify_kernel, gemm_bytes, gemm_flops, get_device, kernel_time_ns
+from xsim_trace.devices import KernelClass, classify_kernel, get_device, kernel_time_ns
 from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
@@ -158,59 +159,43 @@ def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None
     )
 
 
-def _comp(name: str, kc: KernelClass, flops: int, nbytes: int, device: str, sharded: bool = True) -> OpTemplate:
-    return OpTemplate(name=name, kind="comp", duration_ns=kernel_time_ns(kc, flops, nbytes, device),
-                      kernel_class=kc.value, flops=flops, bytes_accessed=nbytes, tp_sharded=sharded)
+def _timed(op, device: str) -> OpTemplate:
+    """An op of :mod:`xsim_trace.workload.ops` as a template, timed by the catalog roofline (one
+    launch overhead per kernel, as the workload generator's timer does)."""
+    from xsim_trace.workload.ops import CommOp
+
+    if isinstance(op, CommOp):
+        return OpTemplate(name=op.name, kind="coll", comm_type=op.collective, comm_size_bytes=op.size_bytes)
+    dev = get_device(device)
+    t = kernel_time_ns(op.kernel_class, op.flops, op.bytes_accessed, dev, include_overhead=False)
+    t += op.kernels * dev.kernel_overhead_ns
+    return OpTemplate(name=op.name, kind="comp", duration_ns=t, kernel_class=op.kernel_class.value, flops=op.flops,
+                      bytes_accessed=op.bytes_accessed, tp_sharded=op.kernel_class.compute_bound)
 
 
 def templates_from_model(model: ModelSpec, device: str, tp: int = 1) -> ModelTemplate:
-    """Roofline templates of a Llama/GPT-style layer at TP ``tp`` on ``device`` (catalog times):
-    QKV, attention, output projection, TP all-reduce, MLP in/out, TP all-reduce, two norms;
-    backward GEMMs cost twice the forward (input and weight gradients), attention 2.5x."""
+    """Templates of one Megatron-style layer (and embedding / head) at TP ``tp`` on ``device``:
+    the workload generator's per-rank ops (:mod:`xsim_trace.workload.ops`), timed by the device
+    catalog's roofline.  The TP collectives are the generator's (all-reduce without SP)."""
+    from xsim_trace.workload.framework import Framework
+    from xsim_trace.workload.ops import embedding_backward, embedding_forward, head_backward, head_forward, \
+        layer_backward, layer_forward
+
     dev = get_device(device).name
-    tokens = model.seq_len * model.micro_batch_size
-    h, f, t = model.hidden, model.ffn_hidden, tp
-    kv_dim = h * model.kv // model.heads
-    act = tokens * h * model.dtype_bytes
-    n_in = (2 if model.gated_mlp else 1) * f
-    gemms = [("qkv", h, (h + 2 * kv_dim) // t), ("attn_out", h // t, h), ("mlp_in", h, n_in // t), ("mlp_out", f // t, h)]
-    attn_flops = 4 * tokens * model.seq_len * h // t
-    attn_bytes = 4 * tokens * h * model.dtype_bytes // t
-    norm_bytes = 2 * act
+    wm = model.to_workload()
+    mbs = model.micro_batch_size
+    fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs)
 
-    def layer_ops(back: bool) -> tuple[OpTemplate, ...]:
-        k = 2 if back else 1
-        tag = "bwd" if back else "fwd"
-        ops = [_comp(f"norm1_{tag}", KernelClass.NORM, 0, norm_bytes * k, dev, sharded=False)]
-        for name, kk, n in gemms[:1]:
-            ops.append(_comp(f"{name}_{tag}", KernelClass.GEMM, k * gemm_flops(tokens, n, kk), k * gemm_bytes(tokens, n, kk), dev))
-        ops.append(_comp(f"attention_{tag}", KernelClass.ATTENTION, int(attn_flops * (2.5 if back else 1)), attn_bytes * k, dev))
-        name, kk, n = gemms[1]
-        ops.append(_comp(f"{name}_{tag}", KernelClass.GEMM, k * gemm_flops(tokens, n, kk), k * gemm_bytes(tokens, n, kk), dev))
-        if t > 1:
-            ops.append(OpTemplate(name=f"tp_allreduce_attn_{tag}", kind="coll", comm_size_bytes=act))
-        ops.append(_comp(f"norm2_{tag}", KernelClass.NORM, 0, norm_bytes * k, dev, sharded=False))
-        for name, kk, n in gemms[2:]:
-            ops.append(_comp(f"{name}_{tag}", KernelClass.GEMM, k * gemm_flops(tokens, n, kk), k * gemm_bytes(tokens, n, kk), dev))
-        if t > 1:
-            ops.append(OpTemplate(name=f"tp_allreduce_mlp_{tag}", kind="coll", comm_size_bytes=act))
-        return tuple(reversed(ops)) if back else tuple(ops)
+    def lt(fwd, bwd, layer: int = -1) -> LayerTemplate:
+        return LayerTemplate(tuple(_timed(o, dev) for o in fwd), tuple(_timed(o, dev) for o in bwd), layer)
 
-    layer = LayerTemplate(layer_ops(False), layer_ops(True), 0)
-    v = model.vocab
-    pre = LayerTemplate(
-        (_comp("embedding_fwd", KernelClass.EMBEDDING, 0, 2 * act, dev, sharded=False),),
-        (_comp("embedding_bwd", KernelClass.EMBEDDING, 0, 2 * act, dev, sharded=False),),
-    )
-    post = LayerTemplate(
-        (_comp("lm_head_fwd", KernelClass.GEMM, gemm_flops(tokens, v // t, h), gemm_bytes(tokens, v // t, h), dev),
-         _comp("loss_fwd", KernelClass.SOFTMAX, 0, 2 * tokens * (v // t) * 4, dev)),
-        (_comp("loss_bwd", KernelClass.SOFTMAX, 0, 2 * tokens * (v // t) * 4, dev),
-         _comp("lm_head_bwd", KernelClass.GEMM, 2 * gemm_flops(tokens, v // t, h), 2 * gemm_bytes(tokens, v // t, h), dev)),
-    )
     return ModelTemplate(
-        layers=(layer,), device=dev, tp=tp, activation_bytes=act, layer_grad_bytes=model.layer_grad_bytes(),
-        pre=pre, post=post, source=f"roofline:{model.name or 'model'}@{dev}/tp{tp}",
+        layers=(lt(layer_forward(wm, fw), layer_backward(wm, fw), 0),),
+        device=dev, tp=tp, activation_bytes=model.boundary_activation_bytes(),
+        layer_grad_bytes=model.layer_grad_bytes(),
+        pre=lt(embedding_forward(wm, fw), embedding_backward(wm, fw)),
+        post=lt(head_forward(wm, fw), head_backward(wm, fw)),
+        source=f"roofline:{model.name or 'model'}@{dev}/tp{tp}",
     )
 
 
