@@ -1,1 +1,28 @@
-"""replay"""
+"""replay: compile per-rank Chakra traces to arrays and replay them event by event over a network backend."""
+
+from xsim_trace.replay.algorithms import Schedule, Step, build_schedule
+from xsim_trace.replay.api import replay, replay_compiled
+from xsim_trace.replay.compile import COMM_KINDS, CompiledWorkload, compile_workload
+from xsim_trace.replay.engine import Engine, EngineStats, RawTimes
+from xsim_trace.replay.results import Breakdown, GroupResult, RankResult, ReplayResult
+from xsim_trace.replay.settings import ALGORITHMS, ReplaySettings
+
+__all__ = [
+    "ALGORITHMS",
+    "COMM_KINDS",
+    "Breakdown",
+    "CompiledWorkload",
+    "Engine",
+    "EngineStats",
+    "GroupResult",
+    "RankResult",
+    "RawTimes",
+    "ReplayResult",
+    "ReplaySettings",
+    "Schedule",
+    "Step",
+    "build_schedule",
+    "compile_workload",
+    "replay",
+    "replay_compiled",
+]

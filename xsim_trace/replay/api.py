@@ -1,0 +1,50 @@
+"""One-call replay: compile, run the engine over a backend, build the result."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from xsim_trace.errors import ConfigError
+from xsim_trace.graph.model import Trace
+from xsim_trace.replay.compile import CompiledWorkload, compile_workload
+from xsim_trace.replay.engine import Engine
+from xsim_trace.replay.results import ReplayResult, build_result
+from xsim_trace.replay.settings import ReplaySettings
+
+
+def replay_compiled(
+    workload: CompiledWorkload,
+    backend,
+    settings: ReplaySettings | None = None,
+    *,
+    cluster=None,
+    closed_form: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    settings = settings or ReplaySettings()
+    node_of = group_of = None
+    if cluster is not None:
+        have = int(cluster.num_ranks)
+        if have < workload.num_ranks:
+            raise ConfigError(f"the trace has {workload.num_ranks} ranks but the cluster only {have} devices", field="cluster")
+        node_of = [cluster.node_of(r) for r in range(workload.num_ranks)]
+        group_of = cluster.gpu_type
+    raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, progress=progress).run()
+    return build_result(
+        workload, raw, backend=str(getattr(backend, "name", type(backend).__name__)), settings=settings, group_of=group_of
+    )
+
+
+def replay(
+    traces: Mapping[int, Trace],
+    backend,
+    settings: ReplaySettings | None = None,
+    *,
+    comm_groups: Mapping[str, tuple[int, ...]] | None = None,
+    cluster=None,
+    closed_form: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    """Replay ``{rank: Trace}`` over ``backend`` (a NetworkBackend whose endpoints are the ranks)."""
+    workload = compile_workload(traces, comm_groups)
+    return replay_compiled(workload, backend, settings, cluster=cluster, closed_form=closed_form, progress=progress)

@@ -1,0 +1,363 @@
+"""Compile per-rank traces into the compact arrays the replay hot loop runs on.
+
+All ranks' nodes are concatenated into one global index space (rank 0's nodes first, in file
+order).  Dependencies become a successor CSR (``succ_ptr``/``succ_idx``) plus an in-degree per
+node; streams become global resource ids; collectives are matched into instances by
+(process group, order of issue on each rank).  Structural problems raise :class:`GraphError`
+naming the rank and node.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from xsim_trace.errors import GraphError
+from xsim_trace.graph import attrs as A
+from xsim_trace.graph.kinds import NodeType
+from xsim_trace.graph.model import NS_PER_US, Trace
+
+log = logging.getLogger(__name__)
+
+#: how a node is executed
+K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
+
+#: communication kinds of the breakdown, in report order; unknown kinds count as "other"
+COMM_KINDS = ("tp", "dp", "pp", "reshard", "ep", "other")
+_KIND_INDEX = {k: i for i, k in enumerate(COMM_KINDS)}
+OTHER_KIND = _KIND_INDEX["other"]
+
+#: resource roles (``CompiledWorkload.resource_role``)
+ROLE_CPU, ROLE_COMPUTE, ROLE_COMM = 0, 1, 2
+_ROLE_NAMES = ("cpu", "compute", "comm")
+
+ALL_RANKS_PG = ("", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveInstance:
+    """One collective as all its members see it."""
+
+    group: int  # index into CompiledWorkload.groups
+    seq: int  # order of issue within the group
+    comm_type: int
+    size_bytes: int
+    nodes: tuple[int, ...]  # global node index per member, in group member order
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledWorkload:
+    """Flat arrays over every node of every rank (global node index = position)."""
+
+    num_ranks: int
+    rank_ptr: np.ndarray  # int64 [R+1]: nodes of rank r are rank_ptr[r]:rank_ptr[r+1]
+    node_rank: np.ndarray  # int32
+    node_id: np.ndarray  # int64: the Chakra node id
+    node_type: np.ndarray  # int8: NodeType value
+    exec_kind: np.ndarray  # int8: K_TIMED / K_SEND / K_RECV / K_COLL
+    duration_ns: np.ndarray  # int64
+    resource: np.ndarray  # int32: global resource id
+    indegree: np.ndarray  # int32: number of distinct deps
+    succ_ptr: np.ndarray  # int64 [N+1]
+    succ_idx: np.ndarray  # int32
+    comm_size: np.ndarray  # int64 bytes
+    comm_type: np.ndarray  # int16 (-1: none)
+    comm_peer: np.ndarray  # int32: SEND -> dst rank, RECV -> src rank, else -1
+    comm_tag: np.ndarray  # int64
+    comm_kind: np.ndarray  # int8 index into COMM_KINDS
+    coll_instance: np.ndarray  # int32: instance index of a COMM_COLL node, else -1
+    names: tuple[str, ...]
+    resource_rank: np.ndarray  # int32 per resource
+    resource_tid: np.ndarray  # int32 per resource: thread id within its rank (timeline tid)
+    resource_role: np.ndarray  # int8 per resource: ROLE_CPU / ROLE_COMPUTE / ROLE_COMM
+    resource_label: tuple[str, ...]
+    groups: tuple[tuple[int, ...], ...]  # member ranks of each group, sorted
+    group_names: tuple[str, ...]
+    instances: tuple[CollectiveInstance, ...]
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_id.shape[0])
+
+    @property
+    def num_resources(self) -> int:
+        return int(self.resource_rank.shape[0])
+
+
+def _attr_map(node) -> dict:
+    return {a.name: a.value for a in node.attrs}
+
+
+def compile_workload(
+    traces: Mapping[int, Trace],
+    comm_groups: Mapping[str, tuple[int, ...]] | None = None,
+) -> CompiledWorkload:
+    """Compile ``{rank: Trace}`` (ranks 0..R-1) and comm groups ``{pg id: ranks}``."""
+    if not traces:
+        raise GraphError("no ranks to replay")
+    ranks = sorted(traces)
+    if ranks != list(range(len(ranks))):
+        missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+        raise GraphError("ranks must be 0..N-1", rank=missing[0] if missing else None)
+    num_ranks = len(ranks)
+    comm_groups = {str(k): tuple(sorted(int(r) for r in v)) for k, v in (comm_groups or {}).items()}
+
+    total = sum(len(traces[r].nodes) for r in ranks)
+    node_rank = np.empty(total, np.int32)
+    node_id = np.empty(total, np.int64)
+    node_type = np.empty(total, np.int8)
+    exec_kind = np.zeros(total, np.int8)
+    duration = np.zeros(total, np.int64)
+    resource = np.empty(total, np.int32)
+    comm_size = np.zeros(total, np.int64)
+    comm_type = np.full(total, -1, np.int16)
+    comm_peer = np.full(total, -1, np.int32)
+    comm_tag = np.zeros(total, np.int64)
+    comm_kind = np.full(total, OTHER_KIND, np.int8)
+    indegree = np.zeros(total, np.int32)
+    names: list[str] = []
+    pg_of: dict[int, str] = {}  # global index -> pg name, for collectives
+
+    res_rank: list[int] = []
+    res_tid: list[int] = []
+    res_role: list[int] = []
+    res_label: list[str] = []
+
+    dep_src: list[int] = []  # edges pred -> succ (global)
+    dep_dst: list[int] = []
+    rank_ptr = np.zeros(num_ranks + 1, np.int64)
+
+    base = 0
+    for rank in ranks:
+        trace = traces[rank]
+        rank_ptr[rank] = base
+        local_res: dict[object, int] = {}
+
+        def res_for(key: object, role: int, label: str) -> int:
+            rid = local_res.get(key)
+            if rid is None:
+                rid = len(res_rank)
+                local_res[key] = rid
+                res_rank.append(rank)
+                res_tid.append(len(local_res) - 1)
+                res_role.append(role)
+                res_label.append(label)
+            return rid
+
+        index_of: dict[int, int] = {}
+        for i, node in enumerate(trace.nodes):
+            if node.id in index_of:
+                raise GraphError("duplicate node id", file=trace.source, rank=rank, node=node.id)
+            index_of[node.id] = base + i
+
+        for i, node in enumerate(trace.nodes):
+            g = base + i
+            a = _attr_map(node)
+            ntype = int(node.type)
+            node_rank[g] = rank
+            node_id[g] = node.id
+            node_type[g] = ntype if -128 <= ntype < 128 else 0
+            names.append(node.name)
+            exact = a.get(A.DURATION_NS)
+            duration[g] = int(exact) if exact is not None else int(node.duration_micros) * NS_PER_US
+            kind_text = a.get(A.COMM_KIND)
+            if kind_text is not None:
+                comm_kind[g] = _KIND_INDEX.get(str(kind_text).lower(), OTHER_KIND)
+            is_comm = ntype in (NodeType.COMM_SEND, NodeType.COMM_RECV, NodeType.COMM_COLL)
+            stream = a.get(A.STREAM)
+            if a.get(A.IS_CPU_OP, False) or (stream is not None and int(stream) < 0):
+                resource[g] = res_for("cpu", ROLE_CPU, "cpu")
+            elif stream is not None:
+                role = ROLE_COMM if is_comm else ROLE_COMPUTE
+                resource[g] = res_for(("stream", int(stream)), role, f"stream {int(stream)}")
+            elif is_comm:
+                resource[g] = res_for("comm", ROLE_COMM, "comm")
+            else:
+                resource[g] = res_for("compute", ROLE_COMPUTE, "compute")
+            if is_comm:
+                comm_size[g] = int(a.get(A.COMM_SIZE, 0) or 0)
+                if comm_size[g] < 0:
+                    raise GraphError(f"negative comm_size {comm_size[g]}", file=trace.source, rank=rank, node=node.id, field=A.COMM_SIZE)
+                tag = a.get(A.COMM_TAG)
+                comm_tag[g] = int(tag) if tag is not None else 0
+                if ntype == NodeType.COMM_SEND:
+                    exec_kind[g] = K_SEND
+                    peer = a.get(A.COMM_DST)
+                    if peer is None:
+                        raise GraphError("send without comm_dst", file=trace.source, rank=rank, node=node.id, field=A.COMM_DST)
+                    comm_peer[g] = int(peer)
+                elif ntype == NodeType.COMM_RECV:
+                    exec_kind[g] = K_RECV
+                    peer = a.get(A.COMM_SRC)
+                    if peer is None:
+                        raise GraphError("recv without comm_src", file=trace.source, rank=rank, node=node.id, field=A.COMM_SRC)
+                    comm_peer[g] = int(peer)
+                else:
+                    exec_kind[g] = K_COLL
+                    ct = a.get(A.COMM_TYPE)
+                    comm_type[g] = int(ct) if ct is not None else 0
+                    pg_of[g] = str(a.get(A.PG_NAME, "") or "")
+                if exec_kind[g] in (K_SEND, K_RECV):
+                    peer = int(comm_peer[g])
+                    if not 0 <= peer < num_ranks:
+                        fld = A.COMM_DST if exec_kind[g] == K_SEND else A.COMM_SRC
+                        raise GraphError(f"peer rank {peer} is not in 0..{num_ranks - 1}", file=trace.source, rank=rank, node=node.id, field=fld)
+            # deps
+            seen: set[int] = set()
+            for d in node.data_deps + node.ctrl_deps:
+                if d in seen:
+                    continue
+                seen.add(d)
+                p = index_of.get(d)
+                if p is None:
+                    raise GraphError(f"depends on node {d}, which is not in the trace", file=trace.source, rank=rank, node=node.id)
+                if p == g:
+                    raise GraphError("node depends on itself (a cycle)", file=trace.source, rank=rank, node=node.id)
+                dep_src.append(p)
+                dep_dst.append(g)
+            indegree[g] = len(seen)
+        base += len(trace.nodes)
+    rank_ptr[num_ranks] = base
+
+    src = np.asarray(dep_src, np.int64)
+    dst = np.asarray(dep_dst, np.int64)
+    order = np.argsort(src, kind="stable")
+    succ_idx = dst[order].astype(np.int32)
+    counts = np.bincount(src, minlength=total) if total else np.zeros(0, np.int64)
+    succ_ptr = np.zeros(total + 1, np.int64)
+    np.cumsum(counts, out=succ_ptr[1:])
+
+    if np.any(src >= dst):  # some dependency points forward in file order: check for cycles
+        _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst)
+
+    groups, group_names, instances, coll_instance = _match_collectives(
+        num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups
+    )
+
+    return CompiledWorkload(
+        num_ranks=num_ranks,
+        rank_ptr=rank_ptr,
+        node_rank=node_rank,
+        node_id=node_id,
+        node_type=node_type,
+        exec_kind=exec_kind,
+        duration_ns=duration,
+        resource=resource,
+        indegree=indegree,
+        succ_ptr=succ_ptr,
+        succ_idx=succ_idx,
+        comm_size=comm_size,
+        comm_type=comm_type,
+        comm_peer=comm_peer,
+        comm_tag=comm_tag,
+        comm_kind=comm_kind,
+        coll_instance=coll_instance,
+        names=tuple(names),
+        resource_rank=np.asarray(res_rank, np.int32),
+        resource_tid=np.asarray(res_tid, np.int32),
+        resource_role=np.asarray(res_role, np.int8),
+        resource_label=tuple(res_label),
+        groups=groups,
+        group_names=group_names,
+        instances=instances,
+    )
+
+
+def _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst) -> None:
+    """Kahn's algorithm; on a cycle, name one node that lies on it."""
+    indeg = indegree.astype(np.int64).tolist()
+    ptr = succ_ptr.tolist()
+    succ = succ_idx.tolist()
+    stack = [i for i in range(total) if indeg[i] == 0]
+    done = 0
+    while stack:
+        i = stack.pop()
+        done += 1
+        for k in range(ptr[i], ptr[i + 1]):
+            s = succ[k]
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                stack.append(s)
+    if done == total:
+        return
+    # walk predecessors among the unfinished nodes until one repeats: that node is on a cycle
+    preds: dict[int, int] = {}
+    for p, d in zip(src.tolist(), dst.tolist()):
+        if indeg[p] > 0 and indeg[d] > 0 and d not in preds:
+            preds[d] = p
+    node = next(i for i in range(total) if indeg[i] > 0 and i in preds)
+    seen: set[int] = set()
+    while node not in seen:
+        seen.add(node)
+        node = preds[node]
+    raise GraphError("dependency cycle", rank=int(node_rank[node]), node=int(node_id[node]))
+
+
+def _match_collectives(num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups):
+    """Group collectives by process group and order of issue; check every member agrees."""
+    per_pg: dict[str, dict[int, list[int]]] = {}
+    for g in sorted(pg_of):
+        per_pg.setdefault(pg_of[g], {}).setdefault(int(node_rank[g]), []).append(g)
+
+    groups: list[tuple[int, ...]] = []
+    group_names: list[str] = []
+    instances: list[CollectiveInstance] = []
+    coll_instance = np.full(node_rank.shape[0], -1, np.int32)
+
+    def pg_key(k: str):
+        return (0, int(k)) if k.isdigit() else (1, k)
+
+    for pg in sorted(per_pg, key=pg_key):
+        by_rank = per_pg[pg]
+        if pg in comm_groups:
+            members = comm_groups[pg]
+        elif pg in ALL_RANKS_PG:
+            members = tuple(range(num_ranks))
+        else:
+            members = tuple(sorted(by_rank))
+            log.warning("process group %r is not in the comm groups; using the %d rank(s) that issue it", pg, len(members))
+        bad = [r for r in members if not 0 <= r < num_ranks]
+        if bad:
+            raise GraphError(f"process group {pg!r} names rank {bad[0]}, outside 0..{num_ranks - 1}", field="comm_groups")
+        for r in sorted(by_rank):
+            if r not in members:
+                raise GraphError(f"rank issues a collective on process group {pg!r} it is not a member of", rank=r, node=int(node_id[by_rank[r][0]]))
+        counts = {r: len(by_rank.get(r, ())) for r in members}
+        if len(set(counts.values())) > 1:
+            most = max(counts.values())
+            short = min(members, key=lambda r: (counts[r], r))
+            raise GraphError(
+                f"process group {pg!r}: this rank issues {counts[short]} collective(s), another member issues {most}; they cannot be matched",
+                rank=short,
+            )
+        gid = len(groups)
+        groups.append(tuple(members))
+        group_names.append(pg)
+        n_inst = counts[members[0]] if members else 0
+        for seq in range(n_inst):
+            nodes = tuple(by_rank[r][seq] for r in members)
+            first = nodes[0]
+            ctype = int(comm_type[first])
+            for r, g in zip(members, nodes):
+                if int(comm_type[g]) != ctype:
+                    raise GraphError(
+                        f"collective #{seq} of process group {pg!r} has type {int(comm_type[g])} here but {ctype} on rank {members[0]}",
+                        rank=r,
+                        node=int(node_id[g]),
+                        field=A.COMM_TYPE,
+                    )
+            sizes = {int(comm_size[g]) for g in nodes}
+            if len(sizes) > 1:
+                log.warning("collective #%d of process group %r: members disagree on comm_size %s; using the largest", seq, pg, sorted(sizes))
+            idx = len(instances)
+            instances.append(CollectiveInstance(gid, seq, ctype, max(sizes), nodes))
+            for g in nodes:
+                coll_instance[g] = idx
+    return tuple(groups), tuple(group_names), tuple(instances), coll_instance
+
+
+def role_name(role: int) -> str:
+    return _ROLE_NAMES[role]

@@ -1,0 +1,474 @@
+"""The event-driven replay engine: integer nanoseconds, one heap, deterministic.
+
+Every rank has resources (its CPU thread, compute and comm streams); a node starts when all its
+deps are done and its resource is free, in the order nodes became ready.  Sends and receives
+rendezvous on (src, dst, tag); collectives start when their last member is ready and expand into
+per-chunk flows by algorithm (see :mod:`xsim_trace.replay.algorithms`).  Flows go to a
+:class:`~xsim_trace.network.protocol.NetworkBackend`; the engine owns the clock.
+
+When the backend is contention-free and offers ``transfer_time_ns(src, dst, size_bytes)`` over
+numpy arrays, a collective's member finish times are computed in closed form when it starts
+(identical to feeding its flows one by one, since nothing it does can be slowed by other flows);
+otherwise every transfer is a flow.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from xsim_trace.errors import BackendError, GraphError
+from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.network.protocol import Flow
+from xsim_trace.replay.algorithms import Schedule, build_schedule
+from xsim_trace.replay.compile import K_COLL, K_RECV, K_SEND, K_TIMED, CompiledWorkload
+from xsim_trace.replay.settings import ReplaySettings
+
+log = logging.getLogger(__name__)
+
+EV_DONE, EV_STEP, EV_ISSUE, EV_P2P = 0, 1, 2, 3
+CB_COLL, CB_P2P = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    events: int
+    flows: int
+    collectives: int
+    closed_form_collectives: int
+
+
+@dataclass(frozen=True, slots=True)
+class RawTimes:
+    """Per-node times of one replay (global node index), ns."""
+
+    ready_ns: np.ndarray  # deps done
+    start_ns: np.ndarray  # resource acquired
+    end_ns: np.ndarray
+    wait_ns: np.ndarray  # collective: start of the collective - this member's start (straggler wait)
+    stats: EngineStats
+
+
+class _Plan:
+    """One chunk schedule, indexed for the flow path."""
+
+    __slots__ = ("schedule", "sends", "need", "reduce", "nsteps")
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.nsteps = len(schedule.steps)
+        self.sends: list[dict[int, list[tuple[int, int]]]] = []
+        self.need: list[dict[int, int]] = []
+        self.reduce: list[bool] = []
+        for step in schedule.steps:
+            sends: dict[int, list[tuple[int, int]]] = {}
+            need: dict[int, int] = {}
+            for s, d, b in zip(step.src.tolist(), step.dst.tolist(), step.size_bytes.tolist()):
+                sends.setdefault(s, []).append((d, b))
+                need[d] = need.get(d, 0) + 1
+            self.sends.append(sends)
+            self.need.append(need)
+            self.reduce.append(step.reduce)
+
+
+class _CollRun:
+    __slots__ = ("inst", "members", "plans", "k", "arrived", "last", "waiting", "done", "fin")
+
+    def __init__(self, inst, members, plans) -> None:
+        self.inst = inst
+        self.members = members
+        self.plans = plans
+        self.k = len(plans)
+        self.arrived: dict[tuple[int, int, int], int] = {}
+        self.last: dict[tuple[int, int, int], int] = {}
+        self.waiting: dict[tuple[int, int], int] = {}
+        self.done = [0] * len(members)
+        self.fin = [0] * len(members)
+
+
+def chunk_sizes(size_bytes: int, chunks: int) -> list[int]:
+    base, extra = divmod(size_bytes, chunks)
+    return [base + (1 if c < extra else 0) for c in range(chunks)]
+
+
+class Engine:
+    def __init__(
+        self,
+        workload: CompiledWorkload,
+        backend,
+        settings: ReplaySettings | None = None,
+        *,
+        node_of: Sequence[int] | None = None,
+        closed_form: bool | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.w = workload
+        self.backend = backend
+        self.settings = settings or ReplaySettings()
+        self.node_of = list(node_of) if node_of is not None else None
+        has_vec = callable(getattr(backend, "transfer_time_ns", None)) and bool(getattr(backend, "contention_free", False))
+        self.closed_form = has_vec if closed_form is None else (closed_form and has_vec)
+        self.progress = progress
+        self._sched_cache: dict[tuple, tuple[Schedule, _Plan | None, list | None]] = {}
+
+    # -- schedules ------------------------------------------------------------------------------
+    def _schedule(self, inst, chunk_bytes: int, want_plan: bool):
+        gid = inst.group
+        algo = self.settings.algorithm_for(inst.comm_type)
+        key = (gid, algo, inst.comm_type, chunk_bytes)
+        hit = self._sched_cache.get(key)
+        if hit is None:
+            members = self.w.groups[gid]
+            node_of = [self.node_of[r] for r in members] if self.node_of is not None else None
+            sched = build_schedule(algo, inst.comm_type, len(members), chunk_bytes, node_of=node_of)
+            hit = [sched, None, None]
+            self._sched_cache[key] = hit
+        if want_plan and hit[1] is None:
+            hit[1] = _Plan(hit[0])
+        return hit
+
+    def _step_times(self, hit, members_arr: np.ndarray) -> list[np.ndarray]:
+        if hit[2] is None:
+            times = []
+            for step in hit[0].steps:
+                t = np.asarray(
+                    self.backend.transfer_time_ns(members_arr[step.src], members_arr[step.dst], step.size_bytes), np.int64
+                )
+                times.append(t)
+            hit[2] = times
+        return hit[2]
+
+    # -- the replay -------------------------------------------------------------------------------
+    def run(self) -> RawTimes:
+        w = self.w
+        st = self.settings
+        backend = self.backend
+        n = w.num_nodes
+        delay = st.endpoint_delay_ns
+        red_delay = st.reduction_delay_ns
+        in_flight = st.in_flight
+        nchunks = st.chunks
+
+        kind = w.exec_kind.tolist()
+        dur = w.duration_ns.tolist()
+        res_of = w.resource.tolist()
+        indeg = w.indegree.astype(np.int64).tolist()
+        sptr = w.succ_ptr.tolist()
+        sidx = w.succ_idx.tolist()
+        rank_of = w.node_rank.tolist()
+        peer = w.comm_peer.tolist()
+        tag = w.comm_tag.tolist()
+        csize = w.comm_size.tolist()
+        inst_of = w.coll_instance.tolist()
+        instances = w.instances
+
+        ready_t = [-1] * n
+        start_t = [-1] * n
+        end_t = [-1] * n
+        wait_t = [0] * n
+        busy = [False] * w.num_resources
+        queues = [deque() for _ in range(w.num_resources)]
+
+        heap: list = []
+        push = heapq.heappush
+        pop = heapq.heappop
+        seq = 0
+
+        flow_cb: dict[int, tuple] = {}
+        next_fid = 0
+        n_flows = 0
+        net_dirty = False
+        t_net = None
+
+        arrived_count = [0] * len(instances)
+        send_wait: dict[tuple[int, int, int], deque] = {}
+        recv_wait: dict[tuple[int, int, int], deque] = {}
+        n_closed = 0
+        n_colls = 0
+        events = 0
+
+        def start_flow(src: int, dst: int, size: int, now: int, cb: tuple) -> None:
+            nonlocal next_fid, n_flows, net_dirty
+            fid = next_fid
+            next_fid += 1
+            n_flows += 1
+            flow_cb[fid] = cb
+            backend.start_flow(Flow(fid, src, dst, size), now)
+            net_dirty = True
+
+        def node_start(i: int, now: int) -> None:
+            nonlocal seq
+            start_t[i] = now
+            k = kind[i]
+            if k == K_TIMED:
+                seq += 1
+                push(heap, (now + dur[i], seq, EV_DONE, i))
+            elif k == K_COLL:
+                coll_arrive(i, now)
+            else:
+                p2p_arrive(i, now, k)
+
+        def make_ready(i: int, now: int) -> None:
+            ready_t[i] = now
+            r = res_of[i]
+            if busy[r]:
+                queues[r].append(i)
+            else:
+                busy[r] = True
+                node_start(i, now)
+
+        def done_at(i: int, t: int) -> None:
+            nonlocal seq
+            seq += 1
+            push(heap, (t, seq, EV_DONE, i))
+
+        # -- point to point ------------------------------------------------------------------
+        def p2p_arrive(i: int, now: int, k: int) -> None:
+            if k == K_SEND:
+                key = (rank_of[i], peer[i], tag[i])
+                q = recv_wait.get(key)
+                if q:
+                    p2p_begin(i, q.popleft(), now)
+                else:
+                    send_wait.setdefault(key, deque()).append(i)
+            else:
+                key = (peer[i], rank_of[i], tag[i])
+                q = send_wait.get(key)
+                if q:
+                    p2p_begin(q.popleft(), i, now)
+                else:
+                    recv_wait.setdefault(key, deque()).append(i)
+
+        def p2p_begin(si: int, ri: int, now: int) -> None:
+            nonlocal seq
+            src, dst = rank_of[si], rank_of[ri]
+            size = max(csize[si], csize[ri], 1)
+            if src == dst:
+                done_at(si, now + delay)
+                done_at(ri, now + delay)
+            elif delay:
+                seq += 1
+                push(heap, (now + delay, seq, EV_P2P, (si, ri, src, dst, size)))
+            else:
+                start_flow(src, dst, size, now, (CB_P2P, si, ri))
+
+        # -- collectives -----------------------------------------------------------------------
+        def coll_arrive(i: int, now: int) -> None:
+            x = inst_of[i]
+            arrived_count[x] += 1
+            inst = instances[x]
+            if arrived_count[x] == len(inst.nodes):
+                coll_begin(inst, now)
+
+        def coll_begin(inst, now: int) -> None:
+            nonlocal n_closed, n_colls
+            n_colls += 1
+            for g in inst.nodes:
+                wait_t[g] = now - start_t[g]
+            members = w.groups[inst.group]
+            if len(members) <= 1 or (inst.size_bytes == 0 and inst.comm_type != CollectiveType.BARRIER):
+                for g in inst.nodes:
+                    done_at(g, now)
+                return
+            sizes = chunk_sizes(max(inst.size_bytes, 1), nchunks)
+            if self.closed_form:
+                n_closed += 1
+                fin = self._closed_form(inst, members, sizes, now)
+                for g, t in zip(inst.nodes, fin.tolist()):
+                    done_at(g, t)
+                return
+            plans = [self._schedule(inst, cb, True)[1] for cb in sizes]
+            run = _CollRun(inst, members, plans)
+            for c in range(min(in_flight, run.k)):
+                for p in range(len(members)):
+                    enter_step(run, c, p, 0, now)
+
+        def enter_step(run: _CollRun, c: int, p: int, s: int, now: int) -> None:
+            nonlocal seq
+            plan = run.plans[c]
+            while s < plan.nsteps:
+                sends = plan.sends[s].get(p)
+                if sends:
+                    if delay:
+                        seq += 1
+                        push(heap, (now + delay, seq, EV_ISSUE, (run, c, s, p, sends)))
+                    else:
+                        issue(run, c, s, p, sends, now)
+                need = plan.need[s].get(p, 0)
+                if need:
+                    key = (c, s, p)
+                    if run.arrived.get(key, 0) < need:
+                        run.waiting[(c, p)] = s
+                        return
+                    t_eff = run.last[key]
+                    if t_eff > now:
+                        seq += 1
+                        push(heap, (t_eff, seq, EV_STEP, (run, c, p, s + 1)))
+                        return
+                s += 1
+            chunk_done(run, c, p, now)
+
+        def issue(run: _CollRun, c: int, s: int, p: int, sends, now: int) -> None:
+            src = run.members[p]
+            for q, size in sends:
+                start_flow(src, run.members[q], size, now, (CB_COLL, run, c, s, q))
+
+        def coll_flow_done(run: _CollRun, c: int, s: int, q: int, now: int) -> None:
+            nonlocal seq
+            plan = run.plans[c]
+            key = (c, s, q)
+            got = run.arrived.get(key, 0) + 1
+            run.arrived[key] = got
+            eff = now + red_delay if plan.reduce[s] else now
+            if eff > run.last.get(key, -1):
+                run.last[key] = eff
+            if got == plan.need[s][q] and run.waiting.get((c, q)) == s:
+                del run.waiting[(c, q)]
+                if eff > now:
+                    seq += 1
+                    push(heap, (eff, seq, EV_STEP, (run, c, q, s + 1)))
+                else:
+                    enter_step(run, c, q, s + 1, now)
+
+        def chunk_done(run: _CollRun, c: int, p: int, now: int) -> None:
+            nonlocal seq
+            t_fin = now + delay
+            c2 = c + in_flight
+            if c2 < run.k:
+                if t_fin > now:
+                    seq += 1
+                    push(heap, (t_fin, seq, EV_STEP, (run, c2, p, 0)))
+                else:
+                    enter_step(run, c2, p, 0, now)
+            run.done[p] += 1
+            if t_fin > run.fin[p]:
+                run.fin[p] = t_fin
+            if run.done[p] == run.k:
+                done_at(run.inst.nodes[p], run.fin[p])
+
+        # -- seed ------------------------------------------------------------------------------
+        for i in range(n):
+            if indeg[i] == 0:
+                make_ready(i, 0)
+
+        finished = 0
+        report_every = 65536
+        guard = 0
+        while True:
+            if flow_cb:
+                if net_dirty:
+                    t_net = backend.next_completion_ns()
+                    net_dirty = False
+            else:
+                t_net = None
+            if heap and (t_net is None or heap[0][0] < t_net):
+                ev = pop(heap)
+                events += 1
+                now = ev[0]
+                et = ev[2]
+                if et == EV_DONE:
+                    i = ev[3]
+                    end_t[i] = now
+                    finished += 1
+                    r = res_of[i]
+                    q = queues[r]
+                    if q:
+                        node_start(q.popleft(), now)
+                    else:
+                        busy[r] = False
+                    for kk in range(sptr[i], sptr[i + 1]):
+                        s_ = sidx[kk]
+                        indeg[s_] -= 1
+                        if indeg[s_] == 0:
+                            make_ready(s_, now)
+                    if self.progress is not None and finished % report_every == 0:
+                        self.progress(report_every)
+                elif et == EV_STEP:
+                    run, c, p, s = ev[3]
+                    enter_step(run, c, p, s, now)
+                elif et == EV_ISSUE:
+                    run, c, s, p, sends = ev[3]
+                    issue(run, c, s, p, sends, now)
+                else:
+                    si, ri, src, dst, size = ev[3]
+                    start_flow(src, dst, size, now, (CB_P2P, si, ri))
+            elif t_net is not None:
+                now = t_net
+                done_ids = backend.advance(now)
+                net_dirty = True
+                if not done_ids:
+                    guard += 1
+                    if guard > 1_000_000:
+                        raise BackendError("network backend makes no progress", field="backend")
+                    continue
+                guard = 0
+                for fid in done_ids:
+                    cb = flow_cb.pop(fid, None)
+                    if cb is None:
+                        raise BackendError(f"backend finished unknown flow {fid}", field="backend")
+                    events += 1
+                    if cb[0] == CB_COLL:
+                        coll_flow_done(cb[1], cb[2], cb[3], cb[4], now)
+                    else:
+                        done_at(cb[1], now)
+                        done_at(cb[2], now)
+            else:
+                break
+
+        if self.progress is not None:
+            self.progress(finished % report_every)
+        if finished != n:
+            self._deadlock(end_t, start_t, ready_t)
+        return RawTimes(
+            ready_ns=np.asarray(ready_t, np.int64),
+            start_ns=np.asarray(start_t, np.int64),
+            end_ns=np.asarray(end_t, np.int64),
+            wait_ns=np.asarray(wait_t, np.int64),
+            stats=EngineStats(events=events, flows=n_flows, collectives=n_colls, closed_form_collectives=n_closed),
+        )
+
+    def _closed_form(self, inst, members, sizes: list[int], now: int) -> np.ndarray:
+        st = self.settings
+        delay, red = st.endpoint_delay_ns, st.reduction_delay_ns
+        m = np.asarray(members, np.int64)
+        start0 = np.full(len(members), now, np.int64)
+        chunk_fin: list[np.ndarray] = []
+        memo: tuple | None = None
+        for c, cb in enumerate(sizes):
+            start = start0 if c < st.in_flight else chunk_fin[c - st.in_flight]
+            if memo is not None and memo[0] == cb and np.array_equal(memo[1], start):
+                chunk_fin.append(memo[2])
+                continue
+            hit = self._schedule(inst, cb, False)
+            times = self._step_times(hit, m)
+            ready = start.copy()
+            for step, t in zip(hit[0].steps, times):
+                arr = ready[step.src] + (delay + t)
+                if step.reduce and red:
+                    arr += red
+                np.maximum.at(ready, step.dst, arr)
+            fin = ready + delay
+            memo = (cb, start, fin)
+            chunk_fin.append(fin)
+        return np.max(np.stack(chunk_fin), axis=0)
+
+    def _deadlock(self, end_t, start_t, ready_t) -> None:
+        w = self.w
+        for i in range(w.num_nodes):
+            if end_t[i] < 0 and start_t[i] >= 0:
+                k = int(w.exec_kind[i])
+                if k == K_COLL:
+                    why = "collective never completes: some member never reaches it"
+                elif k in (K_SEND, K_RECV):
+                    why = f"{'send' if k == K_SEND else 'recv'} never matched (peer {int(w.comm_peer[i])}, tag {int(w.comm_tag[i])})"
+                else:
+                    why = "node never finishes"
+                raise GraphError(f"replay deadlocked: {why}", rank=int(w.node_rank[i]), node=int(w.node_id[i]))
+        for i in range(w.num_nodes):
+            if end_t[i] < 0:
+                raise GraphError("replay deadlocked: node never became ready", rank=int(w.node_rank[i]), node=int(w.node_id[i]))

@@ -1,0 +1,134 @@
+"""Replay settings: collective algorithms, chunking and endpoint delays (a frozen, validated config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from xsim_trace.errors import ConfigError
+from xsim_trace.graph.kinds import CollectiveType
+
+#: algorithm names the replayer implements
+ALGORITHMS = ("ring", "tree", "direct", "halving_doubling", "hierarchical")
+
+_ALIASES = {
+    "ring": "ring",
+    "tree": "tree",
+    "double_binary_tree": "tree",
+    "doublebinarytree": "tree",
+    "dbt": "tree",
+    "direct": "direct",
+    "halving_doubling": "halving_doubling",
+    "halvingdoubling": "halving_doubling",
+    "hd": "halving_doubling",
+    "rhd": "halving_doubling",
+    "hierarchical": "hierarchical",
+    "hier": "hierarchical",
+    "nvlink_ring": "hierarchical",
+}
+
+#: default algorithm per collective type
+DEFAULT_ALGORITHMS: dict[CollectiveType, str] = {
+    CollectiveType.ALL_REDUCE: "ring",
+    CollectiveType.REDUCE: "ring",
+    CollectiveType.ALL_GATHER: "ring",
+    CollectiveType.GATHER: "direct",
+    CollectiveType.SCATTER: "direct",
+    CollectiveType.BROADCAST: "ring",
+    CollectiveType.ALL_TO_ALL: "direct",
+    CollectiveType.REDUCE_SCATTER: "ring",
+    CollectiveType.REDUCE_SCATTER_BLOCK: "ring",
+    CollectiveType.BARRIER: "direct",
+}
+
+
+def algorithm_name(text: str, field_name: str = "algorithm") -> str:
+    key = text.strip().lower().replace("-", "_")
+    if key not in _ALIASES:
+        raise ConfigError(f"expected one of {', '.join(ALGORITHMS)}, found {text!r}", field=field_name)
+    return _ALIASES[key]
+
+
+def collective_type(text: str, field_name: str = "algorithm") -> CollectiveType:
+    key = text.strip().upper().replace("-", "_")
+    try:
+        return CollectiveType[key]
+    except KeyError:
+        names = ", ".join(t.name.lower() for t in CollectiveType)
+        raise ConfigError(f"expected a collective type ({names}), found {text!r}", field=field_name) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySettings:
+    """How collectives become flows.
+
+    ``chunks``: each collective is split into this many equal chunks; ``in_flight``: how many chunks
+    of one collective a rank works on at once (chunk c starts on a rank when its chunk c-in_flight
+    is done there); ``endpoint_delay_ns``: added before every send a rank issues inside a collective
+    or p2p transfer and once when a rank finishes a chunk; ``reduction_delay_ns``: added after each
+    receive that must be reduced (reduce-scatter steps) before the data is used.
+    """
+
+    algorithms: Mapping[CollectiveType, str] = field(default_factory=lambda: dict(DEFAULT_ALGORITHMS))
+    chunks: int = 1
+    in_flight: int = 1
+    endpoint_delay_ns: int = 0
+    reduction_delay_ns: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("chunks", "in_flight"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"expected a positive whole number, found {v!r}", field=name)
+        for name in ("endpoint_delay_ns", "reduction_delay_ns"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"expected a whole number of ns >= 0, found {v!r}", field=name)
+        merged = dict(DEFAULT_ALGORITHMS)
+        for ctype, algo in dict(self.algorithms).items():
+            merged[CollectiveType(ctype)] = algorithm_name(algo, f"algorithms.{CollectiveType(ctype).name.lower()}")
+        object.__setattr__(self, "algorithms", merged)
+
+    def algorithm_for(self, ctype: int) -> str:
+        try:
+            return self.algorithms[CollectiveType(ctype)]
+        except ValueError:
+            return "direct"
+
+    @classmethod
+    def from_cli(
+        cls,
+        algorithm_specs: list[str] | None = None,
+        *,
+        chunks: int = 1,
+        in_flight: int = 1,
+        endpoint_delay_ns: int = 0,
+        reduction_delay_ns: int = 0,
+    ) -> "ReplaySettings":
+        """Build from ``--algorithm`` values: ``ring`` (every collective) or ``all_reduce=tree``."""
+        algos: dict[CollectiveType, str] = {}
+        for spec in algorithm_specs or []:
+            if "=" in spec:
+                ctype_text, algo = spec.split("=", 1)
+                ctype = collective_type(ctype_text)
+                algos[ctype] = algorithm_name(algo, f"algorithm.{ctype.name.lower()}")
+            else:
+                algo = algorithm_name(spec)
+                for ctype in CollectiveType:
+                    algos[ctype] = algo
+        return cls(
+            algorithms=algos,
+            chunks=chunks,
+            in_flight=in_flight,
+            endpoint_delay_ns=endpoint_delay_ns,
+            reduction_delay_ns=reduction_delay_ns,
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "algorithms": {t.name.lower(): self.algorithms[t] for t in CollectiveType},
+            "chunks": self.chunks,
+            "in_flight": self.in_flight,
+            "endpoint_delay_ns": self.endpoint_delay_ns,
+            "reduction_delay_ns": self.reduction_delay_ns,
+        }
