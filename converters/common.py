@@ -48,6 +48,9 @@ class GNode:
     timed: bool = True  # False for comm nodes: no duration_ns (the simulator times them)
     #: for a node that becomes a chain of nodes (all-to-all -> sends/recvs): one attr dict each
     expand: list[tuple[NodeType, str, dict[str, Any]]] | None = None
+    #: device nodes: the stream was busy with work outside the graph until this time (backlog from
+    #: an earlier step); the delay in front of the node counts only idle time after it
+    idle_from: int | None = None
 
     @property
     def dur(self) -> int:
@@ -88,10 +91,12 @@ def _insert_delays(builder: GraphBuilder, origin: int) -> int:
         ready = _ready(node)
         if ready is None:
             ready = origin
+        if node.idle_from is not None:
+            ready = max(ready, min(node.idle_from, node.start))
         gap = node.start - ready
         if gap <= 0:
             continue
-        delay = GNode(len(builder.nodes), "delay", NodeType.COMP, ready, node.start, False,
+        delay = GNode(len(builder.nodes), "delay", NodeType.COMP, node.start - gap, node.start, False,
                       list(node.data_deps), list(node.ctrl_deps),
                       {A.DELAY: True, **({A.STREAM: node.attrs[A.STREAM]} if A.STREAM in node.attrs else {})})
         builder.nodes.append(delay)

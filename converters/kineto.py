@@ -222,6 +222,14 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             elif (e.corr is None or e.corr not in runtime_by_corr) and e.corr is None and in_window(e):
                 gpu.append(e)
     gpu.sort(key=lambda e: (e.ts, e.idx))
+    # per stream, when the work before the window (not converted) finished: backlog, not idle time
+    first_on_stream: dict[Any, Event] = {}
+    for e in gpu:
+        first_on_stream.setdefault(e.stream, e)
+    busy_until: dict[Any, int] = {}
+    for e in kt.events:
+        if e.cat in GPU_CATS and e.stream in first_on_stream and e.ts < first_on_stream[e.stream].ts:
+            busy_until[e.stream] = max(busy_until.get(e.stream, e.end), e.end)
     gpu_by_corr: dict[int, list[Event]] = {}
     for e in gpu:
         if e.corr is not None:
@@ -384,6 +392,8 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             if e.cat != "kernel" and e.args and isinstance(e.args.get("bytes"), int):
                 attrs[A.TENSOR_SIZE] = e.args["bytes"]
             node = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=False, deps=deps, **attrs)
+        if prev is None and e.stream in busy_until:
+            node.idle_from = busy_until[e.stream]
         gpu_node[e.idx] = node
         last_on_stream[e.stream] = node
 
@@ -447,6 +457,8 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
         for g in gpu_by_corr[e.corr]:
             y.ctrl_deps.append(gpu_node[g.idx])
 
+    _infer_stream_waits(gpu, gpu_node, runtime_by_corr, stats)
+
     device = kt.device_names[0] if kt.device_names else ""
     meta = {
         A.META_RANK: rank,
@@ -457,6 +469,37 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
         A.META_DEVICE: device,
     }
     return RankGraph(rank, b, sel, comm_ops, meta, kt.name, stats)
+
+
+#: a device op starting this much after its deps allow is checked for an unrecorded cross-stream wait
+INFER_WAIT_MIN_GAP_NS = 50_000
+#: ... and the op on another stream that ended at most this long before it starts is taken as the cause
+INFER_WAIT_MAX_LAG_NS = 10_000
+
+
+def _infer_stream_waits(gpu: list[Event], gpu_node: dict[int, GNode], runtime_by_corr: dict[int, Event],
+                        stats: dict[str, int]) -> None:
+    """Edges for waits the trace does not record (event record/wait without ids, another thread):
+    an op that idles long after its deps, right after an op on another stream ended, waited for it."""
+    by_end = sorted(gpu, key=lambda e: (e.end, e.idx))
+    ends = [e.end for e in by_end]
+    for e in gpu:
+        node = gpu_node[e.idx]
+        deps = node.deps()
+        ready = max((d.end for d in deps), default=e.ts)
+        if e.ts - ready < INFER_WAIT_MIN_GAP_NS:
+            continue
+        launch_ts = runtime_by_corr[e.corr].ts if e.corr in runtime_by_corr else e.ts
+        hi = bisect.bisect_right(ends, e.ts)
+        lo = bisect.bisect_left(ends, e.ts - INFER_WAIT_MAX_LAG_NS)
+        for cand in reversed(by_end[lo:hi]):
+            if cand.stream == e.stream or cand.idx == e.idx:
+                continue
+            cand_launch = runtime_by_corr[cand.corr].ts if cand.corr in runtime_by_corr else cand.ts
+            if cand_launch <= launch_ts:
+                node.ctrl_deps.append(gpu_node[cand.idx])
+                stats["inferred_waits"] = stats.get("inferred_waits", 0) + 1
+                break
 
 
 def _int_tid(tid: Any) -> int:
