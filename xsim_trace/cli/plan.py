@@ -1,0 +1,94 @@
+"""``xsim plan check|partition|compare``: validate plans, show partitions, compare plans and strategies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from xsim_trace.cli.progress import progress_bar
+from xsim_trace.cli.rewrite import load_template
+from xsim_trace.rewrite.compare import compare, format_table
+from xsim_trace.rewrite.partitioning import resolve_partition
+from xsim_trace.rewrite.plan import load_plan
+
+_RESHARDS = ("direct", "leader", "broadcast")
+_PARTITIONS = ("given", "uniform", "auto")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="deployment plans: check, partition, compare")
+    psub = p.add_subparsers(dest="plan_command", metavar="ACTION")
+    psub.required = True
+
+    c = psub.add_parser("check", help="validate plan files (exit 2 with the first problem)")
+    c.add_argument("plans", nargs="+")
+    c.set_defaults(func=cmd_check)
+
+    t = psub.add_parser("partition", help="show the uniform or throughput-proportional layer partition of a plan")
+    t.add_argument("plan")
+    t.add_argument("--mode", choices=("uniform", "auto"), default="auto")
+    t.add_argument("--source", default="model", help="trace prefix or 'model' (default) for the per-layer times")
+    t.add_argument("--device"), t.add_argument("--tp", type=int)
+    t.set_defaults(func=cmd_partition)
+
+    k = psub.add_parser("compare", help="rewrite and replay several plans / strategies; print a table")
+    k.add_argument("plans", nargs="+", metavar="PLAN")
+    k.add_argument("--source", default="model", help="trace prefix or 'model' (default) for the templates")
+    k.add_argument("--device", help="device the source was measured on")
+    k.add_argument("--tp", type=int, help="TP degree the source ran at")
+    k.add_argument("--reshard", default=None, help="comma list of direct,leader,broadcast or 'all' (default: the plan's)")
+    k.add_argument("--partition", default=None, help="comma list of given,uniform,auto or 'all' (default: the plan's)")
+    k.add_argument("--cluster", help="(not yet used: the quick replay takes bandwidths from the plan's device groups)")
+    k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    k.set_defaults(func=cmd_compare)
+
+
+def _choices(text: str | None, allowed: tuple[str, ...], what: str) -> list[str | None]:
+    if text is None:
+        return [None]
+    if text == "all":
+        return list(allowed)
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in out if x not in allowed]
+    if bad:
+        from xsim_trace.errors import ConfigError
+
+        raise ConfigError(f"unknown {what} {bad[0]!r} (choose {', '.join(allowed)} or all)", field=f"--{what}")
+    return out
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    for path in args.plans:
+        plan = load_plan(path)
+        stages = sum(len(p.stages) for p in plan.pipelines)
+        print(f"{path}: ok ({plan.dp} pipelines, {stages} stages, {plan.schedule.value}, reshard {plan.reshard.value}"
+              f"{', layers to partition' if plan.needs_partition else ''})")
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan).with_strategy(partition=args.mode)
+    tm = load_template(args.source, plan, device=args.device, tp=args.tp)
+    resolved, reports = resolve_partition(plan, tm)
+    for i, report in enumerate(reports):
+        names = [f"pipeline {i} stage {s} ({st.group}, TP {st.tp})" for s, st in enumerate(resolved.pipelines[i].stages)]
+        for line in report.lines(names):
+            print(line)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    plans = [load_plan(p) for p in args.plans]
+    reshards = _choices(args.reshard, _RESHARDS, "reshard")
+    partitions = _choices(args.partition, _PARTITIONS, "partition")
+    total = len(plans) * len(reshards) * len(partitions)
+    with progress_bar(total, "plans", quiet=args.quiet or total < 2) as bar:
+        rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
+                       reshards=reshards, partitions=partitions, progress=lambda: bar.update(1))
+    if args.json:
+        json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
+        print()
+    else:
+        print(format_table(rows))
+    return 0

@@ -1,0 +1,70 @@
+"""``xsim rewrite SOURCE --plan FILE --out PREFIX``: re-plan a trace (or a model) for a deployment plan."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from xsim_trace.errors import ConfigError
+from xsim_trace.io import find_rank_files, read_et, write_rank_set
+from xsim_trace.rewrite.plan import Plan, load_plan
+from xsim_trace.rewrite.rewriter import RewriteResult, rewrite
+from xsim_trace.rewrite.templates import ModelTemplate, extract_templates, templates_from_model
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rewrite", help="rewrite a trace or a model for a heterogeneous deployment plan",
+                       description="Build per-rank Chakra traces for PLAN from per-layer templates: of a captured or "
+                                   "generated rank set (TRACE_PREFIX), or of the plan's model timed by the device "
+                                   "catalog (the word 'model' or a model preset name).")
+    p.add_argument("source", metavar="TRACE_PREFIX_OR_MODEL", help="rank-set prefix / directory / .et file, or 'model'")
+    p.add_argument("--plan", required=True, help="deployment plan (YAML or JSON)")
+    p.add_argument("--out", required=True, help="output prefix: writes PREFIX.<rank>.et and PREFIX.comm_groups.json")
+    p.add_argument("--device", help="device the source was measured on (default: the trace's device_name; for a "
+                                    "model: the first device group's)")
+    p.add_argument("--tp", type=int, help="TP degree the source ran at (default: its tp_degree metadata, else 1)")
+    p.add_argument("--rank", type=int, default=0, help="rank of the source set to take templates from (default 0)")
+    p.add_argument("--reshard", choices=("direct", "leader", "broadcast"), help="override the plan's strategy")
+    p.add_argument("--partition", choices=("given", "uniform", "auto"), help="override the plan's partition mode")
+    p.set_defaults(func=cmd_rewrite)
+
+
+def load_template(source: str, plan: Plan, *, device: str | None = None, tp: int | None = None, rank: int = 0) -> ModelTemplate:
+    """Templates from a trace (path or prefix) or, for ``model`` / a preset name, from the plan's model."""
+    path = Path(source)
+    looks_like_trace = path.exists() or path.parent.is_dir() and any(
+        c.name.startswith(path.name + ".") and ".et" in c.name for c in path.parent.iterdir())
+    if not looks_like_trace:
+        from xsim_trace.workload.model import list_models
+
+        if source != "model" and source not in list_models():
+            raise ConfigError(f"neither a trace nor 'model' / a model preset ({', '.join(list_models())})",
+                              field="TRACE_PREFIX_OR_MODEL")
+        if source not in ("model", plan.model.name):
+            log.warning("plan %s describes model %r; using the plan's geometry for %r", plan.name, plan.model.name, source)
+        return templates_from_model(plan.model, device or plan.groups[0].device, tp or 1)
+    if path.is_file() and not path.name.split(".")[-2 if path.name.endswith(".et") else -3].isdigit():
+        trace = read_et(path)
+    else:
+        _, files = find_rank_files(source)
+        if rank not in files:
+            raise ConfigError(f"rank {rank} is not in the set (ranks 0..{max(files)})", file=source, field="--rank")
+        trace = read_et(files[rank])
+    return extract_templates(trace, device=device, tp=tp, model=plan.model)
+
+
+def cmd_rewrite(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan).with_strategy(reshard=args.reshard, partition=args.partition)
+    template = load_template(args.source, plan, device=args.device, tp=args.tp, rank=args.rank)
+    res: RewriteResult = rewrite(plan, template)
+    write_rank_set(args.out, res.traces, res.comm_groups)
+    for report in res.partition_reports:
+        for line in report.lines():
+            print(f"partition: {line}")
+    nodes = sum(len(t) for t in res.traces.values())
+    print(f"wrote {len(res.traces)} ranks ({nodes} nodes, {len(res.comm_groups)} comm groups) to {args.out}.<rank>.et "
+          f"for plan {res.plan.name} ({res.plan.schedule.value}, reshard {res.plan.reshard.value})")
+    return 0

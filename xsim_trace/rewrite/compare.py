@@ -1,0 +1,90 @@
+"""Rewrite and replay several plans / strategies / partitions and tabulate the results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from xsim_trace.graph.model import Trace
+from xsim_trace.rewrite.metrics import Metrics, compute_metrics
+from xsim_trace.rewrite.plan import Plan
+from xsim_trace.rewrite.quickreplay import quick_replay
+from xsim_trace.rewrite.rewriter import RewriteResult, rewrite
+from xsim_trace.rewrite.templates import ModelTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    plan: str
+    reshard: str
+    partition: str
+    layers: str  # per pipeline, stage layer counts: "20/12 | 8/24"
+    iteration_ns: int
+    max_bubble: float  # largest stage bubble fraction
+    reshard_ns: int  # summed over boundaries and micro-batches
+    max_straggler_ns: int
+    ranks: int
+    nodes: int
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def replay_quick(result: RewriteResult, latency_ns: int = 2000) -> Mapping:
+    """Per-node times of the quick alpha-beta replay with the plan's link bandwidths."""
+    info = {r.rank: r for r in result.layout.ranks}
+    plan = result.plan
+    q = quick_replay(result.traces, lambda a, b: info[a].bw_GBps(info[b], plan), latency_ns=latency_ns)
+    return q.times
+
+
+def evaluate(plan: Plan, template: ModelTemplate, replay: Callable[[RewriteResult], Mapping] = replay_quick
+             ) -> tuple[RewriteResult, Metrics, int]:
+    res = rewrite(plan, template)
+    times = replay(res)
+    met = compute_metrics(res.traces, times)
+    iteration = max(t.end_ns for t in times.values()) - min(t.start_ns for t in times.values())
+    return res, met, iteration
+
+
+def _layers(res: RewriteResult) -> str:
+    pipes = []
+    for p in res.plan.pipelines:
+        pipes.append("/".join(str(s.num_layers) for s in p.stages))
+    uniq = list(dict.fromkeys(pipes))
+    return " | ".join(uniq)
+
+
+def compare(plans: Sequence[Plan], template_for: Callable[[Plan], ModelTemplate], *,
+            reshards: Sequence[str | None] = (None,), partitions: Sequence[str | None] = (None,),
+            replay: Callable[[RewriteResult], Mapping] = replay_quick,
+            progress: Callable[[], None] | None = None) -> list[CompareRow]:
+    """One row per (plan, reshard strategy, partition); ``None`` keeps the plan's own choice."""
+    rows = []
+    for plan in plans:
+        tm = template_for(plan)
+        for part in partitions:
+            for rs in reshards:
+                variant = plan.with_strategy(reshard=rs, partition=part)
+                res, met, it = evaluate(variant, tm, replay)
+                rows.append(CompareRow(
+                    plan=plan.name, reshard=variant.reshard.value, partition=variant.partition, layers=_layers(res),
+                    iteration_ns=it, max_bubble=max((b.fraction for b in met.bubbles), default=0.0),
+                    reshard_ns=met.reshard_ns(), max_straggler_ns=met.max_straggler_ns(), ranks=len(res.traces),
+                    nodes=sum(len(t) for t in res.traces.values()),
+                ))
+                if progress:
+                    progress()
+    return rows
+
+
+def format_table(rows: Sequence[CompareRow]) -> str:
+    head = ["plan", "reshard", "partition", "layers/stage", "iter ms", "vs best", "max bubble", "reshard ms",
+            "straggler ms"]
+    best = min((r.iteration_ns for r in rows), default=1) or 1
+    body = [[r.plan, r.reshard, r.partition, r.layers, f"{r.iteration_ns / 1e6:.2f}",
+             f"{(r.iteration_ns / best - 1) * 100:+.1f}%", f"{r.max_bubble * 100:.1f}%", f"{r.reshard_ns / 1e6:.2f}",
+             f"{r.max_straggler_ns / 1e6:.2f}"] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
