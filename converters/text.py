@@ -156,11 +156,14 @@ class Layout:
     world: int
     tp: int
     ep: int
+    flat: bool = False  # no group sizes given: every communication spans the world
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pg name -> ranks
     _names: dict[tuple[int, ...], str] = field(default_factory=dict)
 
     def members(self, rank: int, group: str) -> tuple[int, ...]:
         tp, world = self.tp, self.world
+        if self.flat:
+            return tuple(range(world))
         dp = max(1, world // tp)
         t, d = rank % tp, rank // tp
         if group == "tp":
@@ -213,10 +216,12 @@ def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: in
     if unit not in ("ns", "us"):
         raise ConfigError(f"expected time unit ns, us or auto, found {time_unit!r}", field="time_unit")
     scale = 1 if unit == "ns" else NS_PER_US
-    tp = w.params.get("model_parallel_NPU_group") or world
+    given = w.params.get("model_parallel_NPU_group")
+    tp = given or (1 if w.parallelism == "DATA" else world)
     if tp < 1 or world % tp:
         raise ConfigError(f"model_parallel_NPU_group {tp} does not divide the {world} NPUs", field="num_npus")
-    layout = Layout(world, tp, max(1, w.params.get("ep", 1)))
+    flat = given is None and w.parallelism not in ("DATA", "MODEL")
+    layout = Layout(world, tp, max(1, w.params.get("ep", 1)), flat)
     traces = {}
     for rank in range(world):
         nodes = _rank_nodes(w, rank, layout, num_passes, scale)
@@ -243,12 +248,14 @@ def _rank_nodes(w: Workload, rank: int, layout: Layout, passes: int, scale: int)
         nodes.append(make_node(nid, name, ntype, data_deps=[d for d in dict.fromkeys(deps) if d is not None], **attrs))
         return nid
 
-    def comp(name: str, time: int, deps: list[int | None]) -> int:
+    def comp(name: str, time: int, deps: list[int | None]) -> int | None:
+        if w.parallelism == "MICRO":  # a communication micro-benchmark: no compute
+            return next((d for d in reversed(deps) if d is not None), None)
         ns = time * scale
         return add(name, NodeType.COMP, deps, duration_micros=(ns + NS_PER_US // 2) // NS_PER_US,
                    **{A.IS_CPU_OP: False, A.DURATION_NS: ns})
 
-    def comm(name: str, c: Comm, dep: int) -> int | None:
+    def comm(name: str, c: Comm, dep: int | None) -> int | None:
         members = layout.members(rank, c.group)
         if len(members) < 2:
             return None  # a group of one moves nothing
@@ -280,14 +287,19 @@ def _rank_nodes(w: Workload, rank: int, layout: Layout, passes: int, scale: int)
                         prev = m
             fwd_out.append(prev)
         for layer in reversed(w.layers):
+            first = layer is w.layers[0]
             wg = comp(f"{tag}{layer.name}_BWD_WG", layer.wg_time, [prev])
             if layer.wg_comm is not None:
                 g = comm(f"{tag}{layer.name}_BWD_WG", layer.wg_comm, wg)
                 if g is not None:
                     grads.append(g)
-            ig = comp(f"{tag}{layer.name}_BWD_IG", layer.ig_time, [wg])
+            # nothing consumes the first layer's input gradient: as the reference converter, no
+            # input-gradient communication there (embedding all-to-alls still happen) and, for
+            # DATA / HYBRID_DLRM, no input-gradient compute
+            skip_ig = first and w.parallelism in ("DATA", "HYBRID_DLRM")
+            ig = wg if skip_ig else comp(f"{tag}{layer.name}_BWD_IG", layer.ig_time, [wg])
             prev = ig
-            if layer.ig_comm is not None:
+            if layer.ig_comm is not None and (not first or layer.ig_comm.coll is CollectiveType.ALL_TO_ALL):
                 m = comm(f"{tag}{layer.name}_BWD_IG", layer.ig_comm, ig)
                 if m is not None:
                     prev = m
