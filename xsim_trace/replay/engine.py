@@ -32,7 +32,7 @@ from xsim_trace.replay.settings import ReplaySettings
 log = logging.getLogger(__name__)
 
 EV_DONE, EV_STEP, EV_ISSUE, EV_P2P = 0, 1, 2, 3
-CB_COLL, CB_P2P = 0, 1
+CB_COLL, CB_P2P, CB_EAGER = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +227,33 @@ class Engine:
             seq += 1
             push(heap, (t, seq, EV_DONE, i))
 
+        eager = st.p2p == "eager"
+        landed: dict[tuple[int, int, int], deque] = {}  # eager data that arrived before its recv
+
         # -- point to point ------------------------------------------------------------------
         def p2p_arrive(i: int, now: int, k: int) -> None:
+            nonlocal seq
+            if eager:
+                if k == K_SEND:
+                    src, dst = rank_of[i], peer[i]
+                    key = (src, dst, tag[i])
+                    if src == dst:
+                        done_at(i, now + delay)
+                        eager_landed(key, now + delay)
+                    elif delay:
+                        seq += 1
+                        push(heap, (now + delay, seq, EV_P2P, (i, key, src, dst, max(csize[i], 1))))
+                    else:
+                        start_flow(src, dst, max(csize[i], 1), now, (CB_EAGER, i, key))
+                else:
+                    key = (peer[i], rank_of[i], tag[i])
+                    q = landed.get(key)
+                    if q:
+                        q.popleft()
+                        done_at(i, now)
+                    else:
+                        recv_wait.setdefault(key, deque()).append(i)
+                return
             if k == K_SEND:
                 key = (rank_of[i], peer[i], tag[i])
                 q = recv_wait.get(key)
@@ -256,6 +281,13 @@ class Engine:
                 push(heap, (now + delay, seq, EV_P2P, (si, ri, src, dst, size)))
             else:
                 start_flow(src, dst, size, now, (CB_P2P, si, ri))
+
+        def eager_landed(key, now: int) -> None:
+            q = recv_wait.get(key)
+            if q:
+                done_at(q.popleft(), now)
+            else:
+                landed.setdefault(key, deque()).append(now)
 
         # -- collectives -----------------------------------------------------------------------
         def coll_arrive(i: int, now: int) -> None:
@@ -394,6 +426,9 @@ class Engine:
                 elif et == EV_ISSUE:
                     run, c, s, p, sends = ev[3]
                     issue(run, c, s, p, sends, now)
+                elif eager:
+                    si, key, src, dst, size = ev[3]
+                    start_flow(src, dst, size, now, (CB_EAGER, si, key))
                 else:
                     si, ri, src, dst, size = ev[3]
                     start_flow(src, dst, size, now, (CB_P2P, si, ri))
@@ -414,6 +449,9 @@ class Engine:
                     events += 1
                     if cb[0] == CB_COLL:
                         coll_flow_done(cb[1], cb[2], cb[3], cb[4], now)
+                    elif cb[0] == CB_EAGER:
+                        done_at(cb[1], now)
+                        eager_landed(cb[2], now)
                     else:
                         done_at(cb[1], now)
                         done_at(cb[2], now)

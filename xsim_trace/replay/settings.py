@@ -27,6 +27,8 @@ _ALIASES = {
     "nvlink_ring": "hierarchical",
 }
 
+P2P_MODES = ("eager", "rendezvous")
+
 #: default algorithm per collective type
 DEFAULT_ALGORITHMS: dict[CollectiveType, str] = {
     CollectiveType.ALL_REDUCE: "ring",
@@ -67,6 +69,9 @@ class ReplaySettings:
     is done there); ``endpoint_delay_ns``: added before every send a rank issues inside a collective
     or p2p transfer and once when a rank finishes a chunk; ``reduction_delay_ns``: added after each
     receive that must be reduced (reduce-scatter steps) before the data is used.
+    ``p2p``: ``eager`` (a send moves its data as soon as it starts and completes when the data has
+    arrived; a receive completes when it has started and the data is there, as ASTRA-sim does) or
+    ``rendezvous`` (the data moves once both sides have started; both complete together).
     """
 
     algorithms: Mapping[CollectiveType, str] = field(default_factory=lambda: dict(DEFAULT_ALGORITHMS))
@@ -74,8 +79,11 @@ class ReplaySettings:
     in_flight: int = 1
     endpoint_delay_ns: int = 0
     reduction_delay_ns: int = 0
+    p2p: str = "eager"
 
     def __post_init__(self) -> None:
+        if self.p2p not in P2P_MODES:
+            raise ConfigError(f"expected one of {', '.join(P2P_MODES)}, found {self.p2p!r}", field="p2p")
         for name in ("chunks", "in_flight"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -104,6 +112,7 @@ class ReplaySettings:
         in_flight: int = 1,
         endpoint_delay_ns: int = 0,
         reduction_delay_ns: int = 0,
+        p2p: str = "eager",
     ) -> "ReplaySettings":
         """Build from ``--algorithm`` values: ``ring`` (every collective) or ``all_reduce=tree``."""
         algos: dict[CollectiveType, str] = {}
@@ -122,6 +131,7 @@ class ReplaySettings:
             in_flight=in_flight,
             endpoint_delay_ns=endpoint_delay_ns,
             reduction_delay_ns=reduction_delay_ns,
+            p2p=p2p,
         )
 
     def to_json(self) -> dict:
@@ -131,4 +141,5 @@ class ReplaySettings:
             "in_flight": self.in_flight,
             "endpoint_delay_ns": self.endpoint_delay_ns,
             "reduction_delay_ns": self.reduction_delay_ns,
+            "p2p": self.p2p,
         }
