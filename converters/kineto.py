@@ -160,14 +160,19 @@ class _Scopes:
         return [e for e in stack if e.end > t]
 
 
+#: annotations that name an operation rather than a scope
+_OP_LIKE_ANNOTATIONS = ("nccl:", "c10d::", "gloo:", "aten::")
+
+
 def _scope_names(stack: list[Event]) -> tuple[str, str]:
     """(op name, module / annotation scope) for an enclosing stack, innermost last."""
     op = ""
     module = ""
     for e in reversed(stack):
-        if not op and e.cat == "cpu_op":
+        is_op = e.cat == "cpu_op" or e.name.startswith(_OP_LIKE_ANNOTATIONS)
+        if not op and is_op:
             op = e.name
-        if not module and (e.cat == "python_function" or (e.cat == "user_annotation" and not e.name.startswith(STEP_PREFIX))):
+        if not module and not is_op and (e.cat == "python_function" or (e.cat == "user_annotation" and not e.name.startswith(STEP_PREFIX))):
             module = e.name[len("nn.Module: "):] if e.name.startswith("nn.Module: ") else e.name
         if op and module:
             break
