@@ -1,0 +1,54 @@
+"""Shared bits of the built-in backends: argument checks, rounding."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from xsim_trace.errors import BackendError
+from xsim_trace.network.protocol import Flow
+
+ROUNDINGS = ("floor", "ceil")
+
+
+def check_rounding(rounding: str) -> str:
+    if rounding not in ROUNDINGS:
+        raise BackendError(f"expected rounding in {ROUNDINGS}, found {rounding!r}", field="rounding")
+    return rounding
+
+
+def to_ns(x: float, rounding: str) -> int:
+    """Float ns -> int ns; ``floor`` truncates like ASTRA-sim's ``static_cast<EventTime>``; ``ceil``
+    rounds up (with a 1e-9 relative tolerance so that float noise does not add a nanosecond)."""
+    if rounding == "floor":
+        return int(math.floor(x + 1e-9 * abs(x)))
+    return int(math.ceil(x - 1e-9 * abs(x)))
+
+
+class FlowChecks:
+    """Clock and flow-id bookkeeping every backend needs (mixin)."""
+
+    _now_ns: int
+    _active: set[int]
+    name: str
+    topology: Any
+
+    def _check_start(self, flow: Flow, now_ns: int) -> None:
+        if now_ns < self._now_ns:
+            raise BackendError(
+                f"flow {flow.flow_id} starts at {now_ns} ns, before the backend clock {self._now_ns} ns",
+                field="now_ns",
+            )
+        if flow.flow_id in self._active:
+            raise BackendError(f"flow id {flow.flow_id} is already active", field="flow_id")
+        if flow.size_bytes < 0:
+            raise BackendError(f"flow {flow.flow_id}: expected size_bytes >= 0, found {flow.size_bytes}", field="size_bytes")
+        n = self.topology.num_ranks
+        for end in (flow.src, flow.dst):
+            if not 0 <= end < n:
+                raise BackendError(f"flow {flow.flow_id}: expected an endpoint in [0, {n}), found {end}", rank=end)
+        self._now_ns = now_ns  # a flow started at t moves the clock to t: advance(< t) is an error
+
+    def _check_advance(self, now_ns: int) -> None:
+        if now_ns < self._now_ns:
+            raise BackendError(f"advance to {now_ns} ns, before the backend clock {self._now_ns} ns", field="now_ns")

@@ -1,0 +1,329 @@
+"""``flow``: flow-level max-min fair sharing over the topology.
+
+Active flows share every directed link's bandwidth max-min fairly (progressive filling /
+water-filling: the link with the smallest fair share fixes the rate of its flows, which are
+removed with their bandwidth, repeat).  Rates change only when a flow starts or stops
+transmitting, and only inside the connected component of flows (linked by shared links) that the
+change touches; other flows keep their rate.  A flow transmits its bytes at its rate, stops using
+bandwidth when done (transmission end rounded up to an integer ns), and completes
+``ceil(sum of its links' latency_ns)`` later (latency added once, not per hop).  Empty routes
+(src == dst) complete at once; zero-byte flows after the path latency.
+
+Transmission ends are internal events: ``next_completion_ns`` runs past them speculatively with a
+journal of what it changed, kept if ``advance`` reaches that completion, else rolled back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from xsim_trace.network._common import FlowChecks
+from xsim_trace.network.protocol import Flow
+
+_TX_END = 1
+_DONE = 0  # completions sort first at equal times: answered without speculation
+_NUMPY_MIN = 24  # components at least this large are water-filled with numpy
+
+
+class _F:
+    __slots__ = ("fid", "seq", "links", "lat_ns", "rem", "rate", "t_upd", "te", "ver", "phase")
+
+    def __init__(self, fid: int, seq: int, links: tuple[int, ...], lat_ns: int, size: float, now: int) -> None:
+        self.fid = fid
+        self.seq = seq
+        self.links = links
+        self.lat_ns = lat_ns
+        self.rem = size
+        self.rate = 0.0
+        self.t_upd = now
+        self.te = -1
+        self.ver = 0
+        self.phase = 0  # 0 transmitting, 1 in flight (latency), 2 done
+
+    def state(self) -> tuple:
+        return (self.rem, self.rate, self.t_upd, self.te, self.ver, self.phase)
+
+    def restore(self, s: tuple) -> None:
+        self.rem, self.rate, self.t_upd, self.te, self.ver, self.phase = s
+
+
+def _ceil_ns(x: float) -> int:
+    return int(math.ceil(x - 1e-9 * abs(x)))
+
+
+class FlowLevelBackend(FlowChecks):
+    name: ClassVar[str] = "flow"
+
+    def __init__(self, topology: Any) -> None:
+        self.topology = topology
+        self._bw = [float(x) for x in topology.bw_Bpns]
+        self._bw_np = np.asarray(topology.bw_Bpns, dtype=np.float64)
+        self._lat = [float(x) for x in topology.latency]
+        self._now_ns = 0
+        self._active: set[int] = set()
+        self._on_link: dict[int, dict[_F, None]] = {}
+        self._heap: list[tuple[int, int, int, _F, int]] = []
+        self._seq = 0
+        self._fseq = 0
+        self._t = 0  # time up to which internal events are processed
+        self._dirty: set[int] = set()  # links whose component needs new rates at time self._t
+        self._finished: list[tuple[int, int]] = []
+        # speculation journal (None when not speculating)
+        self._journal: dict[_F, tuple] | None = None
+        self._removed: list[_F] = []
+        self._spec: tuple[list, int, int, set[int], int | None] | None = None
+        self.flows_started = 0
+        self.recomputes = 0
+        self.rate_updates = 0
+
+    # ---- state changes (journaled while speculating) --------------------------------------------
+    def _touch(self, f: _F) -> None:
+        j = self._journal
+        if j is not None and f not in j:
+            j[f] = f.state()
+
+    def _push(self, t: int, kind: int, f: _F) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, f, f.ver))
+
+    # ---- max-min --------------------------------------------------------------------------------
+    def _component(self, seeds: set[int]) -> list[_F]:
+        seen_l = set(seeds)
+        stack = list(seeds)
+        flows: dict[_F, None] = {}
+        on = self._on_link
+        while stack:
+            l = stack.pop()
+            for f in on.get(l, ()):
+                if f not in flows:
+                    flows[f] = None
+                    for l2 in f.links:
+                        if l2 not in seen_l:
+                            seen_l.add(l2)
+                            stack.append(l2)
+        return sorted(flows, key=lambda f: f.seq)
+
+    def _rates(self, comp: list[_F]) -> list[float]:
+        if len(comp) == 1:
+            bw = self._bw
+            return [min(bw[l] for l in comp[0].links)]
+        if len(comp) < _NUMPY_MIN:
+            return self._rates_py(comp)
+        return self._rates_np(comp)
+
+    def _rates_py(self, comp: list[_F]) -> list[float]:
+        bw = self._bw
+        cap: dict[int, float] = {}
+        cnt: dict[int, int] = {}
+        users: dict[int, list[int]] = {}
+        for i, f in enumerate(comp):
+            for l in f.links:
+                if l not in cap:
+                    cap[l] = bw[l]
+                    cnt[l] = 0
+                    users[l] = []
+                cnt[l] += 1
+                users[l].append(i)
+        rate = [0.0] * len(comp)
+        frozen = [False] * len(comp)
+        left = len(comp)
+        while left:
+            s = min(cap[l] / c for l, c in cnt.items() if c > 0)
+            lim = s * (1 + 1e-12)
+            bott = [l for l, c in cnt.items() if c > 0 and cap[l] / c <= lim]
+            for l in bott:
+                for i in users[l]:
+                    if not frozen[i]:
+                        frozen[i] = True
+                        rate[i] = s
+                        left -= 1
+                        for l2 in comp[i].links:
+                            cap[l2] -= s
+                            cnt[l2] -= 1
+        return rate
+
+    def _rates_np(self, comp: list[_F]) -> list[float]:
+        lens = np.fromiter((len(f.links) for f in comp), dtype=np.int64, count=len(comp))
+        pl_glob = np.fromiter((l for f in comp for l in f.links), dtype=np.int64, count=int(lens.sum()))
+        pf = np.repeat(np.arange(len(comp)), lens)
+        links, pl = np.unique(pl_glob, return_inverse=True)
+        m = len(links)
+        cap = self._bw_np[links].copy()
+        cnt = np.bincount(pl, minlength=m).astype(np.float64)
+        rate = np.zeros(len(comp))
+        frozen = np.zeros(len(comp), dtype=bool)
+        live = np.ones(len(pf), dtype=bool)
+        while not frozen.all():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(cnt > 0, cap / cnt, np.inf)
+            s = share.min()
+            bott = share <= s * (1 + 1e-12)
+            newf = np.unique(pf[live & bott[pl]])
+            rate[newf] = s
+            frozen[newf] = True
+            gone = live & frozen[pf]
+            np.subtract.at(cap, pl[gone], s)
+            cnt -= np.bincount(pl[gone], minlength=m)
+            live &= ~gone
+        return rate.tolist()
+
+    def _flush(self) -> None:
+        """Give new rates, at time ``self._t``, to the flows of the dirty components."""
+        if not self._dirty:
+            return
+        t = self._t
+        comp = self._component(self._dirty)
+        self._dirty = set()
+        if not comp:
+            return
+        self.recomputes += 1
+        self.rate_updates += len(comp)
+        for f in comp:  # bytes sent at the old rates
+            self._touch(f)
+            if f.t_upd != t:
+                f.rem -= f.rate * (t - f.t_upd)
+                f.t_upd = t
+        for f, r in zip(comp, self._rates(comp)):
+            if r != f.rate or f.te < 0:
+                f.rate = r
+                rem = f.rem if f.rem > 0 else 0.0
+                f.te = t + _ceil_ns(rem / r)
+                f.ver += 1
+                self._push(f.te, _TX_END, f)
+
+    # ---- event loop -----------------------------------------------------------------------------
+    def _top(self) -> tuple | None:
+        h = self._heap
+        while h:
+            e = h[0]
+            if e[4] != e[3].ver:
+                heapq.heappop(h)
+                continue
+            return e
+        return None
+
+    def _run(self, limit: int, stop_at_done: bool) -> int | None:
+        """Process events with time <= limit (all of them, or until a completion is on top)."""
+        while True:
+            e = self._top()
+            if e is None:
+                return None
+            t = e[0]
+            if e[1] == _DONE and stop_at_done:
+                return t
+            if t > limit:
+                return t if e[1] == _DONE else None
+            if t > self._t:
+                self._flush()
+                self._t = t
+            heapq.heappop(self._heap)
+            f = e[3]
+            if e[1] == _DONE:
+                self._touch(f)
+                f.phase = 2
+                f.ver += 1
+                self._finished.append((t, f.fid))
+                continue
+            # transmission end: leave the links, complete after the path latency
+            self._touch(f)
+            f.phase = 1
+            f.rem = 0.0
+            f.rate = 0.0
+            f.t_upd = t
+            f.ver += 1
+            for l in f.links:
+                d = self._on_link[l]
+                del d[f]
+                self._dirty.add(l)
+            if self._journal is not None:
+                self._removed.append(f)
+            self._push(t + f.lat_ns, _DONE, f)
+            if self._top() is None or self._heap[0][0] > t:
+                self._flush()
+
+    # ---- protocol -------------------------------------------------------------------------------
+    def _rollback(self) -> None:
+        spec = self._spec
+        self._spec = None
+        if spec is None:
+            return
+        heap, seq, t, dirty, _ = spec
+        for f in self._removed:
+            for l in f.links:
+                self._on_link.setdefault(l, {})[f] = None
+        for f, s in self._journal.items():
+            f.restore(s)
+        self._journal = None
+        self._removed = []
+        self._heap, self._seq, self._t, self._dirty = heap, seq, t, dirty
+
+    def _commit(self) -> None:
+        self._spec = None
+        self._journal = None
+        self._removed = []
+
+    def start_flow(self, flow: Flow, now_ns: int) -> None:
+        self._check_start(flow, now_ns)
+        self._rollback()
+        self._run(now_ns, False)
+        if now_ns > self._t:
+            self._flush()
+            self._t = now_ns
+        links = self.topology.route(flow.src, flow.dst)
+        lat = _ceil_ns(sum(self._lat[l] for l in links))
+        self._fseq += 1
+        f = _F(flow.flow_id, self._fseq, links, lat, float(flow.size_bytes), now_ns)
+        self._active.add(flow.flow_id)
+        self.flows_started += 1
+        if not links:
+            f.phase = 1
+            self._push(now_ns, _DONE, f)
+        elif flow.size_bytes == 0:
+            f.phase = 1
+            self._push(now_ns + lat, _DONE, f)
+        else:
+            for l in links:
+                self._on_link.setdefault(l, {})[f] = None
+                self._dirty.add(l)
+
+    def next_completion_ns(self) -> int | None:
+        if self._spec is not None:
+            return self._spec[4]
+        if self._finished:
+            return min(self._finished)[0]
+        self._flush()
+        e = self._top()
+        if e is None:
+            return None
+        if e[1] == _DONE:
+            return e[0]
+        # speculate past transmission ends
+        saved = (list(self._heap), self._seq, self._t, set(self._dirty))
+        self._journal = {}
+        self._removed = []
+        c = self._run(math.inf, True)  # type: ignore[arg-type]
+        self._spec = (*saved, c)
+        return c
+
+    def advance(self, now_ns: int) -> list[int]:
+        self._check_advance(now_ns)
+        spec = self._spec
+        if spec is not None:
+            if spec[4] is not None and now_ns >= spec[4]:
+                self._commit()
+            else:
+                self._rollback()
+        self._now_ns = now_ns
+        self._run(now_ns, False)
+        if now_ns > self._t and self._dirty:
+            self._flush()
+        done = [x for x in self._finished if x[0] <= now_ns]
+        self._finished = [x for x in self._finished if x[0] > now_ns]
+        done.sort()
+        for _, fid in done:
+            self._active.discard(fid)
+        return [fid for _, fid in done]
