@@ -17,7 +17,7 @@ from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.ops import CommKind, CommOp
+from xsim_trace.workload.ops import CommKind, CommOp, pp_activation_bytes
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.schedule import Step, stage_order
 from xsim_trace.workload.timing import Timer
@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 #: bytes of optimizer-state traffic per local parameter in one Adam step (fp32 master r/w, grad,
 #: two moments r/w, bf16 copy write)
 ADAM_BYTES_PER_PARAM = 30
+#: host-side launches per parameter tensor in one optimizer step (zero-grad, main-grad copy,
+#: grad-norm term, Adam multi-tensor chunk, bf16 copy-back)
+OPT_LAUNCHES_PER_TENSOR = 2
 GRAD_BYTES = 4  # fp32 main grads (Megatron accumulates and reduces in fp32 by default for bf16)
 PARAM_BYTES = 2
 
@@ -87,9 +90,6 @@ def estimate(program: Program, timer: Timer) -> Estimate:
                 if isinstance(op, CommOp):
                     comm_split[stage][0 if op.kind is CommKind.TP else 1] += t * m
             pass_ns[(stage, chunk, forward)] = total
-    act = program.model.hidden  # noqa: F841 - kept for readability of the p2p size below
-    from xsim_trace.workload.ops import pp_activation_bytes
-
     p2p_bytes = pp_activation_bytes(model, fw)
 
     def p2p(src_stage: int, dst_stage: int) -> int:
@@ -146,18 +146,19 @@ def estimate(program: Program, timer: Timer) -> Estimate:
         nb = _buckets(dense + expert, fw)
         dp_ns = 0
         if n_dp > 1:
-            per_bucket = timer.links.collective_ns(coll, (dense * GRAD_BYTES) // nb, n_dp, inter)
+            dense_grads = dense + (expert if fw.ep == 1 else 0)
+            per_bucket = timer.links.collective_ns(coll, (dense_grads * GRAD_BYTES) // nb, n_dp, inter)
             dp_ns = nb * per_bucket
         if expert and fw.ep > 1:
-            edp = fw.dp * fw.cp * fw.tp // (fw.ep * fw.etp)
-            if edp > 1:
-                dp_ns += timer.links.collective_ns(coll, expert * GRAD_BYTES, edp, inter)
+            edp = lay.expert_dp_group(rank)
+            if len(edp) > 1:
+                dp_ns += timer.links.collective_ns(coll, expert * GRAD_BYTES, len(edp), timer.links.spans_nodes(edp))
         if fw.overlap_grad_reduce and dp_ns:
             exposed = max(dp_ns - last_bwd[s], dp_ns // nb)
         else:
             exposed = dp_ns
         local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
-        opt_kernels = 12 + 4 * nb
+        opt_kernels = 12 + 4 * nb + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(s)
         opt_ns = max(
             kernel_time_ns(KernelClass.OPTIMIZER, 0, local * ADAM_BYTES_PER_PARAM, dev, include_overhead=False)
             + opt_kernels * dev.kernel_overhead_ns,

@@ -55,6 +55,18 @@ class Layout:
         base = c.pp * per_stage
         return tuple(base + etp_r + f.etp * (e + f.ep * edp) for e in range(f.ep))
 
+    def expert_dp_group(self, rank: int) -> tuple[int, ...]:
+        """Ranks of the stage holding the same experts (same etp and ep index): expert-grad sync."""
+        f = self.fw
+        c = self.coord(rank)
+        per_stage = f.tp * f.cp * f.dp
+        local = rank - c.pp * per_stage
+        etp_r, rest = local % f.etp, local // f.etp
+        e = rest % f.ep
+        n_edp = per_stage // (f.etp * f.ep)
+        base = c.pp * per_stage
+        return tuple(base + etp_r + f.etp * (e + f.ep * d) for d in range(n_edp))
+
     def pp_group(self, rank: int) -> tuple[int, ...]:
         c = self.coord(rank)
         return tuple(self.rank(Coord(c.tp, c.cp, c.dp, s)) for s in range(self.fw.pp))

@@ -91,6 +91,22 @@ class Program:
             dense += m.vocab * m.hidden // fw.tp  # output layer (a tied copy on the last stage when pp > 1)
         return dense, expert
 
+    def stage_param_tensors(self, stage: int) -> int:
+        """Parameter tensors held by one rank of ``stage`` (weights, biases, norm scales)."""
+        m, fw = self.model, self.fw
+        layers = sum(c.layers for (s, _), c in self.chunks.items() if s == stage)
+        norms = 2 * (2 if m.norm == "layernorm" else 1)
+        attn = 2 * (2 if m.bias else 1)
+        mats = 2 * (2 if m.bias else 1)
+        if m.is_moe:
+            mats = max(m.moe_experts // fw.ep, 1) * (2 if fw.ep > 0 else 1) + 1
+        n = layers * (norms + attn + mats)
+        if stage == 0:
+            n += 2
+        if stage == fw.pp - 1:
+            n += 2
+        return n
+
     def iteration_flops(self) -> int:
         """Model FLOPs of one iteration over all ranks (recompute included)."""
         per_mb = 0
