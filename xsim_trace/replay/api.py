@@ -28,7 +28,10 @@ def replay_compiled(
         if have < workload.num_ranks:
             raise ConfigError(f"the trace has {workload.num_ranks} ranks but the cluster only {have} devices", field="cluster")
         node_of = [cluster.node_of(r) for r in range(workload.num_ranks)]
-        group_of = cluster.gpu_type
+        if hasattr(cluster, "group_of"):
+            group_of = lambda r: cluster.group_of(r).name  # noqa: E731
+        else:
+            group_of = cluster.gpu_type
     raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, progress=progress).run()
     return build_result(
         workload, raw, backend=str(getattr(backend, "name", type(backend).__name__)), settings=settings, group_of=group_of
