@@ -36,6 +36,9 @@ from xsim_trace.network.protocol import Flow
 
 log = logging.getLogger(__name__)
 
+#: the worker command line (tests substitute a misbehaving one)
+WORKER_ARGV = (sys.executable, "-m", "xsim_trace.network.ns3_worker")
+
 INSTALL_HINT = "the ns3 backend needs the optional NS-3 bindings: pip install -e .[ns3]"
 
 
@@ -53,6 +56,8 @@ class Ns3Config:
     queue_packets: int = 1000
     send_size_bytes: int = 1 << 16
     del_ack_count: int = 2
+    #: further NS-3 attribute defaults as (name, text value), e.g. ("ns3::TcpL4Protocol::SocketType", "ns3::TcpNewReno")
+    defaults: tuple[tuple[str, str], ...] = ()
     #: wall-clock limit for one request to the worker (seconds)
     timeout_s: float = 300.0
     #: wall-clock limit for starting a worker (importing NS-3 + warm-up)
@@ -67,8 +72,9 @@ class Ns3Config:
         if self.timeout_s <= 0 or self.startup_timeout_s <= 0:
             raise BackendError("expected positive timeouts", field="timeout_s")
 
-    def wire(self) -> dict[str, int]:
+    def wire(self) -> dict[str, Any]:
         d = asdict(self)
+        d["defaults"] = [list(p) for p in self.defaults]
         d.pop("timeout_s")
         d.pop("startup_timeout_s")
         return d
@@ -167,13 +173,13 @@ def route_vertices(topology: Any, src: int, dst: int) -> list[Hashable]:
 class _Worker:
     """One ``ns3_worker`` process; request/response with a wall-clock timeout per request."""
 
-    def __init__(self, startup_timeout_s: float) -> None:
+    def __init__(self, startup_timeout_s: float, argv: Sequence[str] | None = None) -> None:
         self.stderr = tempfile.TemporaryFile(mode="w+b")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "xsim_trace.network.ns3_worker"],
+                list(argv or WORKER_ARGV),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self.stderr,
@@ -318,7 +324,7 @@ class Ns3Backend:
         self.wall_s = 0.0
         t0 = time.perf_counter()
         try:
-            self._worker.request(
+            hello = self._worker.request(
                 {"op": "session", "topology": self.spec.wire(), "config": self.config.wire()},
                 self.config.timeout_s,
             )
@@ -326,6 +332,8 @@ class Ns3Backend:
             self._worker.kill()
             raise
         self._worker.in_session = True
+        #: process id of this backend's simulation (a fork of the worker)
+        self.session_pid = int(hello.get("pid", 0))
         self.wall_s += time.perf_counter() - t0
         self._closed = False
 

@@ -93,7 +93,8 @@ class _Session:
         ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(buf))
         ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(int(config.get("del_ack_count", 2))))
         queue = str(config.get("queue_packets", 1000)) + "p"
-        ns.Config.SetDefault("ns3::DropTailQueue<Packet>::MaxSize", ns.QueueSizeValue(ns.QueueSize(queue)))
+        for name, value in config.get("defaults", ()):  # any other NS-3 attribute default, as text
+            ns.Config.SetDefault(str(name), ns.StringValue(str(value)))
         self.send_size = int(config.get("send_size_bytes", 1 << 16))
         n_vertices = int(topology["n_vertices"])
         self.nodes = ns.NodeContainer()
@@ -104,6 +105,9 @@ class _Session:
         self.static = [srh.GetStaticRouting(ip) for ip in self.ipv4]
         addr = ns.Ipv4AddressHelper()
         addr.SetBase(ns.Ipv4Address("10.0.0.0"), ns.Ipv4Mask("255.255.255.252"))
+        # every output port: one drop-tail FIFO of queue_packets (instead of NS-3's default FqCoDel)
+        tch = ns.TrafficControlHelper()
+        tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", ns.QueueSizeValue(ns.QueueSize(queue)))
         p2p = ns.PointToPointHelper()
         p2p.SetDeviceAttribute("Mtu", ns.UintegerValue(mtu))
         # (u, v) -> (interface index on u, address of v on that link)
@@ -114,6 +118,7 @@ class _Session:
             devs = p2p.Install(self.nodes.Get(int(u)), self.nodes.Get(int(v)))
             devs.Get(0).SetAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(bps_uv))))
             devs.Get(1).SetAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(bps_vu))))
+            tch.Install(devs)
             ifs = addr.Assign(devs)
             addr.NewNetwork()
             iu = self.ipv4[int(u)].GetInterfaceForDevice(devs.Get(0))
