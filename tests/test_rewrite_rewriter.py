@@ -202,3 +202,31 @@ def test_catalog_templates_make_h100_stages_faster_than_a100():
     (a, b), (c, e) = [s.chunks[0] for s in res.plan.pipelines[0].stages]
     assert (b - a) > (e - c)  # the H100 stage takes more layers
     assert res.partition_reports and sum(res.partition_reports[0].counts) == 8
+
+
+# --- the event-driven engine (xsim_trace.replay) ------------------------------------------------
+def test_homogeneous_1f1b_bubble_through_the_replay_engine():
+    from xsim_trace.cluster import single_switch
+    from xsim_trace.rewrite.engine_replay import engine_times
+
+    p, m = 4, 6
+    res = rewrite(plan_from_mapping(_homogeneous(p, m)), fixed_template(300_000, 600_000))
+    times = engine_times(res, single_switch(8, 100.0, 0.0), "analytical")
+    met = compute_metrics(res.traces, times)
+    assert max(t.end_ns for t in times.values()) == (m + p - 1) * 900_000
+    for b in met.bubbles:
+        assert b.busy_ns == m * 900_000
+        assert b.fraction == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_engine_and_quick_replay_agree_on_a_heterogeneous_rank_set():
+    from xsim_trace.cluster import single_switch
+    from xsim_trace.rewrite.engine_replay import engine_times
+
+    d = plan_dict(reshard="direct")
+    d["pipelines"][0]["replicas"] = 2
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=8_000, tp_coll_bytes=0, grad_bytes=0))
+    eng = engine_times(res, single_switch(16, 1e6, 0.0), "analytical")
+    quick = quick_replay(res.traces, lambda a, b: 1e6, latency_ns=0).times
+    # the two differ only in rounding (the engine floors each transfer, the quick replay rounds up)
+    assert abs(max(t.end_ns for t in eng.values()) - max(t.end_ns for t in quick.values())) <= 8

@@ -32,6 +32,20 @@ from xsim_trace.rewrite.templates import LayerTemplate, ModelTemplate
 
 log = logging.getLogger(__name__)
 
+#: streams: compute on 0; each (peer, direction) of P2P traffic and each process group on its own
+#: comm stream, so a posted receive never blocks unrelated traffic (engines serialise a stream)
+COMPUTE_STREAM = 0
+P2P_STREAM_BASE = 1_000
+COLL_STREAM_BASE = 1_000_000
+
+
+def p2p_stream(peer: int, is_recv: bool) -> int:
+    return P2P_STREAM_BASE + 2 * peer + (1 if is_recv else 0)
+
+
+def coll_stream(pg: str) -> int:
+    return COLL_STREAM_BASE + int(pg)
+
 
 @dataclass(frozen=True)
 class RewriteResult:
@@ -147,8 +161,10 @@ class _Rewriter:
         bs, bd = self.b[s], self.b[d]
         attrs = dict(base)
         attrs.update({A.COMM_SIZE: nbytes, A.COMM_SRC: s, A.COMM_DST: d, A.COMM_TAG: tag, A.COMM_KIND: ckind})
-        bs.add(f"{ckind}_send_{label}_r{s}_to_r{d}", NodeType.COMM_SEND, [producer, *send_deps], **attrs)
-        rid = bd.add(f"{ckind}_recv_{label}_r{s}_to_r{d}", NodeType.COMM_RECV, [self.last_compute[d]], **attrs)
+        bs.add(f"{ckind}_send_{label}_r{s}_to_r{d}", NodeType.COMM_SEND, [producer, *send_deps],
+               **attrs, **{A.STREAM: p2p_stream(d, False)})
+        rid = bd.add(f"{ckind}_recv_{label}_r{s}_to_r{d}", NodeType.COMM_RECV, [self.last_compute[d]],
+                     **attrs, **{A.STREAM: p2p_stream(s, True)})
         if final:
             ex.ready.setdefault(d, []).append(rid)
         return rid
@@ -174,7 +190,7 @@ class _Rewriter:
                 pg = self.groups.get(members)
                 attrs = dict(base)
                 attrs.update({A.COMM_TYPE: int(CollectiveType.BROADCAST), A.COMM_SIZE: nbytes, A.PG_NAME: pg,
-                              A.COMM_KIND: "reshard", A.COMM_ROOT: s})
+                              A.COMM_KIND: "reshard", A.COMM_ROOT: s, A.STREAM: coll_stream(pg)})
                 for r in members:
                     dep = [producer, *deps] if r == s else [self.last_compute[r]]
                     nid = self.b[r].add(f"reshard_bcast_{label}_root_r{s}", NodeType.COMM_COLL, dep, **attrs)
@@ -203,17 +219,18 @@ class _Rewriter:
                 name = f"{'L' + str(layer_idx) + '.' if layer_idx >= 0 else ''}{o.name}_mb{op.microbatch}"
                 if o.kind == "comp":
                     attrs[A.KERNEL_CLASS] = o.kernel_class
+                    attrs[A.STREAM] = COMPUTE_STREAM
                     ns = op_time_ns(o, self.t, info.device, info.tp)
                     last = self.b[rank].add(name, NodeType.COMP, prev, duration_ns=max(1, ns), **attrs)
                 else:
                     if pg is None:
                         continue  # TP 1: no TP collective
                     attrs.update({A.COMM_TYPE: int(o.comm_type), A.COMM_SIZE: o.comm_size_bytes, A.PG_NAME: pg,
-                                  A.COMM_KIND: "tp"})
+                                  A.COMM_KIND: "tp", A.STREAM: coll_stream(pg)})
                     last = self.b[rank].add(name, NodeType.COMM_COLL, prev, **attrs)
                 prev = [last]
         if last is None:  # a stage without work still needs a node to hang dependencies on
-            last = self.b[rank].add(f"noop_{op}", NodeType.COMP, prev, duration_ns=1)
+            last = self.b[rank].add(f"noop_{op}", NodeType.COMP, prev, duration_ns=1, **{A.STREAM: COMPUTE_STREAM})
         return last
 
     # -- main --------------------------------------------------------------------------------------
@@ -310,7 +327,8 @@ class _Rewriter:
                     self.b[r].add(
                         f"dp_allreduce_L{iv.start}-{iv.end}_ring{j}", NodeType.COMM_COLL, [self.last_bwd[(r, c)]],
                         **{A.COMM_TYPE: int(CollectiveType.ALL_REDUCE), A.COMM_SIZE: size, A.PG_NAME: pg,
-                           A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c},
+                           A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c,
+                           A.STREAM: coll_stream(pg)},
                     )
 
     def traces(self) -> dict[int, Trace]:
