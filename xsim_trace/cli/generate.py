@@ -1,0 +1,140 @@
+"""``xsim generate``: Megatron-style training workloads from a model and parallelism parameters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from xsim_trace.errors import ConfigError
+from xsim_trace.io import atomic_write, write_rank_set
+from xsim_trace.workload.estimate import estimate
+from xsim_trace.workload.framework import Framework
+from xsim_trace.workload.generator import generate
+from xsim_trace.workload.memory import stage_memory
+from xsim_trace.workload.model import list_models
+from xsim_trace.workload.simai import write_simai
+from xsim_trace.workload.spec_file import load_spec_file, make_setup
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="generate per-rank Chakra (or SimAI text) workloads from a model and parallelism flags",
+        description="Generate a Megatron-style training iteration as per-rank Chakra traces "
+        "(<PREFIX>.<rank>.et + <PREFIX>.comm_groups.json) or a SimAI/AICB text workload.",
+    )
+    p.add_argument("--model", help=f"preset ({', '.join(list_models())}) or a name in --model-file")
+    p.add_argument("--model-file", help="YAML file of extra models (models: {name: {fields}})")
+    p.add_argument("--plan", help="spec file (YAML/JSON) with model, framework and system; flags are ignored")
+    p.add_argument("--out", required=True, help="output prefix (chakra) or file (simai)")
+    p.add_argument("--format", choices=("chakra", "simai"), default="chakra")
+    g = p.add_argument_group("parallelism")
+    for flag in ("tp", "pp", "dp", "vpp", "cp", "ep", "etp"):
+        g.add_argument(f"--{flag}", type=int, default=0 if flag == "etp" else 1)
+    g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true")
+    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+    g.add_argument("--distributed-optimizer", action="store_true", help="= ZeRO-1")
+    g.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    g.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"), default="1f1b")
+    g.add_argument("--mbs", "--micro-batch", dest="mbs", type=int, default=1)
+    g.add_argument("--gbs", "--global-batch", dest="gbs", type=int, default=0, help="default: mbs*dp*pp")
+    g.add_argument("--grad-accum", type=int, default=0)
+    g.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
+    g.add_argument("--overlap-grad-reduce", action="store_true")
+    g.add_argument("--overlap-param-gather", action="store_true")
+    g.add_argument("--seq-len", type=int, default=0, help="override the model's sequence length")
+    g.add_argument("--layers", type=int, default=0, help="override the model's layer count")
+    s = p.add_argument_group("system")
+    s.add_argument("--device", default="H100")
+    s.add_argument("--device-file", help="extra devices YAML")
+    s.add_argument("--gpus-per-node", type=int, default=8)
+    s.add_argument("--nic-gbps", type=float, default=400.0, help="NIC line rate per GPU, Gb/s")
+    p.add_argument("--ranks", help="only these ranks, e.g. 0-7,16 (chakra); comm groups still complete")
+    p.add_argument("--summary", help="write estimate + memory JSON here ('-' = stdout)")
+    p.set_defaults(func=cmd_generate)
+
+
+def _ranks(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise ConfigError(f"expected ranks like 0-7,16, found {text!r}", field="--ranks") from None
+    return out
+
+
+def _setup(args: argparse.Namespace):
+    if args.plan:
+        return load_spec_file(args.plan)
+    if not args.model:
+        raise ConfigError("give --model (or --plan FILE)", field="--model")
+    from xsim_trace.workload.model import get_model
+
+    model = get_model(args.model, args.model_file)
+    changes = {}
+    if args.seq_len:
+        changes["seq_len"] = args.seq_len
+    if args.layers:
+        changes["layers"] = args.layers
+    if changes:
+        model = model.with_(**changes)
+    gbs = args.gbs or args.mbs * args.dp * args.pp
+    fw = Framework(
+        tp=args.tp, pp=args.pp, dp=args.dp, vpp=args.vpp, cp=args.cp, ep=args.ep, etp=args.etp,
+        sequence_parallel=args.sp, zero_stage=args.zero, distributed_optimizer=args.distributed_optimizer,
+        recompute=args.recompute, schedule=args.schedule, micro_batch=args.mbs, global_batch=gbs,
+        grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
+        overlap_param_gather=args.overlap_param_gather,
+    )
+    return make_setup(model, fw, args.device, gpus_per_node=args.gpus_per_node, nic_gbps_per_gpu=args.nic_gbps,
+                      device_file=args.device_file)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    setup = _setup(args)
+    est = estimate(setup.program, setup.timer)
+    mem = stage_memory(setup.program, setup.device)
+    if args.format == "simai":
+        write_simai(args.out, setup.program, setup.timer)
+        written = [args.out]
+    else:
+        wl = generate(setup.program, setup.timer, _ranks(args.ranks))
+        written = [str(p) for p in write_rank_set(args.out, wl.traces, wl.comm_groups)]
+    summary = {
+        "model": setup.model.name,
+        "device": setup.device.name,
+        "world_size": setup.fw.world_size,
+        "microbatches": setup.fw.microbatches,
+        "estimated_step_s": round(est.step_s, 6),
+        "model_tflops_per_gpu": round(est.tflops_per_gpu(), 2),
+        "pipeline_bubble_fraction": round(est.bubble_fraction(), 4),
+        "iteration_flops": est.flops,
+        "memory": [m.as_dict() for m in mem],
+        "out_of_memory": any(m.out_of_memory for m in mem),
+        "files": len(written),
+    }
+    if args.summary == "-":
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.summary:
+        with atomic_write(args.summary) as handle:
+            json.dump(summary, handle, indent=1)
+    if not getattr(args, "quiet", False) and args.summary != "-":
+        oom = " OUT OF MEMORY on stage(s) " + ",".join(str(m.stage) for m in mem if m.out_of_memory) if summary["out_of_memory"] else ""
+        print(
+            f"wrote {len(written)} file(s) to {args.out}: {setup.model.name} on {setup.fw.world_size} x {setup.device.name}, "
+            f"estimated step {est.step_s:.4f} s, {summary['model_tflops_per_gpu']} TFLOP/s/GPU, "
+            f"peak memory {max(m.total_bytes for m in mem) / 2**30:.1f} GiB{oom}"
+        )
+    return 0
