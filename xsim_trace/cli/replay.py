@@ -66,9 +66,10 @@ def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool):
         return replay_compiled(workload, backend, settings, cluster=cluster, progress=bar.update)
 
 
-def print_outputs(result, paths, stream=sys.stdout) -> None:
+def print_outputs(result, paths, stream=None) -> None:
     from xsim_trace.report import render_table
 
+    stream = stream or sys.stdout
     print(render_table(result), file=stream)
     print("", file=stream)
     for label, path in paths.items():
