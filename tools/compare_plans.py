@@ -6,8 +6,10 @@ throughput-proportional (non-uniform) partitioning, rewritten and replayed, in o
     .venv/bin/python tools/compare_plans.py --all --markdown # every plan in traces/plans/
 
 Templates come from the plans' model timed by the device catalog (the workload generator's ops) or
-from a captured trace (--source PREFIX --device NAME --tp N).  The replay is the rewriter's quick
-alpha-beta replay (no link contention) with the plans' device-group bandwidths.
+from a captured trace (--source PREFIX --device NAME --tp N).  The replay is the event-driven engine
+on the bundled mixed-h100-a100 cluster with the congestion-aware analytical backend (--cluster,
+--backend), or with --quick the rewriter's alpha-beta replay (no contention) with the plans'
+device-group bandwidths.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from xsim_trace.cli.plan import replay_for  # noqa: E402
 from xsim_trace.cli.rewrite import load_template  # noqa: E402
 from xsim_trace.rewrite.compare import compare, format_table  # noqa: E402
 from xsim_trace.rewrite.plan import load_plan  # noqa: E402
@@ -47,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", default="model")
     ap.add_argument("--device")
     ap.add_argument("--tp", type=int)
+    ap.add_argument("--cluster", default="mixed-h100-a100", help="cluster file or preset (default mixed-h100-a100)")
+    ap.add_argument("--backend", default="analytical_ca", choices=("analytical", "analytical_ca"))
+    ap.add_argument("--quick", action="store_true", help="quick alpha-beta replay instead of the engine")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
@@ -54,9 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     plans = [load_plan(p) for p in paths]
     t0 = time.perf_counter()
     rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
-                   reshards=["direct", "leader", "broadcast"], partitions=["uniform", "auto"])
+                   reshards=["direct", "leader", "broadcast"], partitions=["uniform", "auto"],
+                   replay=replay_for(None if args.quick else args.cluster, args.backend))
     print(markdown(rows) if args.markdown else format_table(rows))
-    print(f"\n{len(rows)} variants rewritten and replayed in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    how = "quick replay" if args.quick else f"engine on {args.cluster} ({args.backend})"
+    print(f"\n{len(rows)} variants rewritten and replayed ({how}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=1) + "\n")
     return 0

@@ -8,7 +8,7 @@ import sys
 
 from xsim_trace.cli.progress import progress_bar
 from xsim_trace.cli.rewrite import load_template
-from xsim_trace.rewrite.compare import compare, format_table
+from xsim_trace.rewrite.compare import compare, format_table, replay_quick
 from xsim_trace.rewrite.partitioning import resolve_partition
 from xsim_trace.rewrite.plan import load_plan
 
@@ -39,7 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--tp", type=int, help="TP degree the source ran at")
     k.add_argument("--reshard", default=None, help="comma list of direct,leader,broadcast or 'all' (default: the plan's)")
     k.add_argument("--partition", default=None, help="comma list of given,uniform,auto or 'all' (default: the plan's)")
-    k.add_argument("--cluster", help="(not yet used: the quick replay takes bandwidths from the plan's device groups)")
+    k.add_argument("--cluster", help="cluster file or preset: replay with the event-driven engine on it (default: the "
+                                     "quick alpha-beta replay with the plan's device-group bandwidths)")
+    k.add_argument("--backend", default="analytical", choices=("analytical", "analytical_ca"),
+                   help="network backend for --cluster (default analytical)")
     k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     k.set_defaults(func=cmd_compare)
 
@@ -56,6 +59,17 @@ def _choices(text: str | None, allowed: tuple[str, ...], what: str) -> list[str 
 
         raise ConfigError(f"unknown {what} {bad[0]!r} (choose {', '.join(allowed)} or all)", field=f"--{what}")
     return out
+
+
+def replay_for(cluster: str | None, backend: str):
+    """The replay used by compare: the engine on ``cluster`` when given, else the quick replay."""
+    if cluster is None:
+        return replay_quick
+    from xsim_trace.cluster import load_cluster
+    from xsim_trace.rewrite.engine_replay import engine_times
+
+    loaded = load_cluster(cluster)
+    return lambda res: engine_times(res, loaded, backend)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -85,7 +99,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     total = len(plans) * len(reshards) * len(partitions)
     with progress_bar(total, "plans", quiet=args.quiet or total < 2) as bar:
         rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
-                       reshards=reshards, partitions=partitions, progress=lambda: bar.update(1))
+                       reshards=reshards, partitions=partitions, progress=lambda: bar.update(1),
+                       replay=replay_for(args.cluster, args.backend))
     if args.json:
         json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
         print()

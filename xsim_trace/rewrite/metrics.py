@@ -42,7 +42,7 @@ class BoundaryTime:
     boundary: str
     kind: str  # pp / reshard
     exchanges: int
-    total_ns: int  # sum over exchanges of (last node end - first sender start)
+    total_ns: int  # sum over exchanges of (last send / collective end - first sender start)
 
     @property
     def mean_ns(self) -> float:
@@ -84,9 +84,12 @@ def compute_metrics(traces: Mapping[int, Trace], times: Mapping[tuple[int, int],
                 seen[n.pg_name] += 1
             kind = n.attr(A.COMM_KIND)
             if kind in ("pp", "reshard") and n.attr(A.PP_BOUNDARY):
-                sender = n.type == NodeType.COMM_SEND or (n.type == NodeType.COMM_COLL and n.attr(A.COMM_ROOT) == r)
+                if n.type == NodeType.COMM_SEND or (n.type == NodeType.COMM_COLL and n.attr(A.COMM_ROOT) == r):
+                    role = "send"
+                else:
+                    role = "recv" if n.type == NodeType.COMM_RECV else "coll"
                 key = (str(n.attr(A.PP_BOUNDARY)), kind, int(n.attr(A.MICROBATCH, 0)), str(n.attr(A.PHASE, "")))
-                exch[key].append((sender, t))
+                exch[key].append((role, t))
     bubbles = []
     for (pipe, stage), per_rank in sorted(busy.items()):
         s0, s1 = span[pipe]
@@ -99,9 +102,9 @@ def compute_metrics(traces: Mapping[int, Trace], times: Mapping[tuple[int, int],
             stragglers.append(StragglerWait(pg, k, r, start - t.ready_ns))
     agg: dict[tuple[str, str], list[int]] = defaultdict(list)
     for (boundary, kind, _, _), ts in exch.items():
-        # from the first sender starting (data ready at the source) to the last node ending;
-        # receives posted early do not count
-        first = min(t.start_ns for sender, t in ts if sender)
-        agg[(boundary, kind)].append(max(t.end_ns for _, t in ts) - first)
+        # from the first sender starting (data ready at the source) to the last send / collective
+        # ending (data delivered); when a receive was posted early or late does not count
+        first = min(t.start_ns for role, t in ts if role == "send")
+        agg[(boundary, kind)].append(max(t.end_ns for role, t in ts if role != "recv") - first)
     boundaries = tuple(BoundaryTime(b, k, len(v), sum(v)) for (b, k), v in sorted(agg.items()))
     return Metrics(tuple(bubbles), tuple(stragglers), boundaries)
