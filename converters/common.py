@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
-from xsim_trace.graph.model import Node, Trace, make_attr, make_metadata
+from xsim_trace.graph.model import IOInfo, Node, Trace, make_attr, make_metadata
 
 NS_PER_US = 1000
 MAX_NAME_CHARS = 400
@@ -51,6 +51,8 @@ class GNode:
     #: device nodes: the stream was busy with work outside the graph until this time (backlog from
     #: an earlier step); the delay in front of the node counts only idle time after it
     idle_from: int | None = None
+    inputs: IOInfo | None = None
+    outputs: IOInfo | None = None
 
     @property
     def dur(self) -> int:
@@ -170,6 +172,8 @@ def finalize(builder: GraphBuilder, metadata: Mapping[str, Any], *, origin: int,
                 ctrl_deps=ctrl if prev is None else (),
                 start_time_micros=start_us,
                 duration_micros=_micros(piece) if g.timed else 0,
+                inputs=g.inputs,
+                outputs=g.outputs,
                 attrs=tuple(make_attr(k2, v) for k2, v in attrs.items()),
             )
             nodes.append(node)

@@ -211,8 +211,32 @@ def _bursts(events: list[Event]) -> list[tuple[int, int]]:
     return spans
 
 
-def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | None = None) -> RankGraph:
-    """Build one rank's graph (cross-rank fields of comm nodes are filled in by ``crossrank``)."""
+#: enrichment hook: the innermost CPU op of a node -> (extra attrs, inputs, outputs), or None
+Annotate = Callable[[Event], "tuple[dict[str, Any], Any, Any] | None"]
+
+
+def _innermost_op(stack: list[Event]) -> Event | None:
+    for e in reversed(stack):
+        if e.cat == "cpu_op" or e.name.startswith(_OP_LIKE_ANNOTATIONS):
+            return e
+    return None
+
+
+def _apply(node: GNode, extra: "tuple[dict[str, Any], Any, Any] | None") -> None:
+    if extra is None:
+        return
+    attrs, inputs, outputs = extra
+    for k, v in attrs.items():
+        node.attrs.setdefault(k, v)
+    node.inputs = node.inputs or inputs
+    node.outputs = node.outputs or outputs
+
+
+def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | None = None,
+                 annotate: Annotate | None = None) -> RankGraph:
+    """Build one rank's graph (cross-rank fields of comm nodes are filled in by ``crossrank``).
+
+    ``annotate`` (used by the ET linker) adds attributes / tensor info from a node's CPU op."""
     sel = select_step(kt, step)
     w0, w1 = sel.start_ns, sel.end_ns
     in_window = lambda e: w0 <= e.ts < w1  # noqa: E731
@@ -258,6 +282,7 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
     launch_node: dict[int, GNode] = {}  # correlation -> host segment ending at the launch
     launch_stack: dict[int, list[tuple[str, dict | None]]] = {}
     launch_scope: dict[int, tuple[str, str]] = {}
+    launch_op: dict[int, Event | None] = {}
     blocking: list[tuple[GNode, Event]] = []  # host node that waited for a GPU op's completion
     syncs: list[tuple[GNode, Event, Any]] = []
     waits: list[tuple[Event, Any]] = []
@@ -291,7 +316,8 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
 
         def segment(t: int, extra: Iterable[GNode] = ()) -> GNode:
             nonlocal cursor, cursor_end
-            op, module = _scope_names(scopes.at(t - 1))
+            here = scopes.at(t - 1)
+            op, module = _scope_names(here)
             name = f"{module}/{op}" if module and op else (op or module or "cpu")
             attrs: dict[str, Any] = {A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)}
             if module:
@@ -300,6 +326,10 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             if layer is not None:
                 attrs[A.LAYER] = layer
             node = b.add(name, NodeType.COMP, cursor_end, t, on_cpu=True, deps=[cursor, *extra], fixed=False, **attrs)
+            if annotate is not None:
+                inner = _innermost_op(here)
+                if inner is not None:
+                    _apply(node, annotate(inner))
             th.nodes.append(node)
             th.ends.append(node.end)
             cursor, cursor_end = node, t
@@ -336,6 +366,7 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             launch_node[e.corr] = node
             launch_stack[e.corr] = [(s.name, s.args) for s in reversed(stack)]
             launch_scope[e.corr] = _scope_names(stack)
+            launch_op[e.corr] = _innermost_op(stack)
             ops_of = gpu_by_corr[e.corr]
             if e.name not in LAUNCH_CALLS_KERNEL and all(g.end <= e.end for g in ops_of):
                 # a blocking copy / memset: the call returned when the GPU op was done
@@ -397,6 +428,8 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             if e.cat != "kernel" and e.args and isinstance(e.args.get("bytes"), int):
                 attrs[A.TENSOR_SIZE] = e.args["bytes"]
             node = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=False, deps=deps, **attrs)
+        if annotate is not None and e.corr is not None and launch_op.get(e.corr) is not None:
+            _apply(node, annotate(launch_op[e.corr]))  # type: ignore[arg-type]
         if prev is None and e.stream in busy_until:
             node.idle_from = busy_until[e.stream]
         gpu_node[e.idx] = node
@@ -557,7 +590,8 @@ def assign_ranks(kts: Sequence[KinetoTrace]) -> dict[int, KinetoTrace]:
 
 
 def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None, alltoall: str = "p2p",
-                   on_rank: Callable[[int], None] | None = None) -> Conversion:
+                   on_rank: Callable[[int], None] | None = None,
+                   annotators: dict[str, Annotate] | None = None, source: str = "xsim-convert kineto") -> Conversion:
     """Convert the Kineto traces of one job (one file per rank) into a rank set."""
     from converters import crossrank
 
@@ -569,7 +603,9 @@ def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None,
     for rank, kt in by_rank.items():
         if on_rank is not None:
             on_rank(rank)
-        graphs.append(convert_rank(kt, rank, world, step))
+        g = convert_rank(kt, rank, world, step, (annotators or {}).get(kt.name))
+        g.metadata[A.META_SOURCE] = source
+        graphs.append(g)
     groups = crossrank.assign([crossrank.RankOps(g.rank, g.comm_ops) for g in graphs], world, alltoall)
     groups_json = {k: list(v) for k, v in groups.items()}
     from xsim_trace.graph.model import comm_groups_to_json
