@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 _LAYER_NAME = re.compile(r"(?:^|[^a-z])(?:layers?|blocks?|h)[._\-]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 _BWD_NAME = re.compile(r"bwd|backward|grad", re.IGNORECASE)
 _PRE_NAME = re.compile(r"embed|wte|tok_emb", re.IGNORECASE)
-_POST_NAME = re.compile(r"lm_head|output_layer|head|loss|logits|final_norm|ln_f", re.IGNORECASE)
+_POST_NAME = re.compile(r"lm_head|output_layer|head|loss|logits|cross_entropy|final_norm|ln_f", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,8 @@ def _is_bwd(n: Node) -> bool:
 
 def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None = None,
                       model: ModelSpec | None = None) -> ModelTemplate:
-    """Templates of the layers in ``trace`` (one rank; nodes in file order).
+    """Templates of the layers in ``trace`` (one rank; nodes in file order; of several micro-batches
+    the first is taken).
 
     ``device`` defaults to the trace's ``device_name`` metadata, ``tp`` to its ``tp_degree``
     metadata (else 1).  Boundary activation and gradient sizes come from ``model`` when given, else
@@ -121,11 +122,15 @@ def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None
     post: tuple[list[OpTemplate], list[OpTemplate]] = ([], [])
     send_bytes = 0
     dp_bytes = 0
+    first_mb = min((int(n.attr(A.MICROBATCH)) for n in trace.nodes if n.attr(A.MICROBATCH) is not None), default=None)
     for n in trace.nodes:
         if n.type == NodeType.COMM_SEND and not send_bytes:
             send_bytes = n.comm_size_bytes
         if n.type == NodeType.COMM_COLL and str(n.attr(A.COMM_KIND, "")) == "dp":
             dp_bytes += n.comm_size_bytes
+        mb = n.attr(A.MICROBATCH)
+        if mb is not None and first_mb is not None and int(mb) != first_mb:
+            continue  # one micro-batch is the template; the others repeat it
         op = _op_from_node(n)
         if op is None:
             continue
