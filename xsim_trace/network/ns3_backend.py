@@ -120,7 +120,7 @@ def topology_spec(topology: Any) -> _TopologySpec:
     for link in _topology_links(topology):
         a, b = _link_ends(link)
         bw = float(getattr(link, "bw_GBps"))
-        lat = int(getattr(link, "latency_ns"))
+        lat = round(float(getattr(link, "latency_ns")))  # NS-3 delays here are whole ns
         if bw <= 0 or lat < 0:
             raise BackendError(f"link {a}->{b}: expected bw_GBps > 0 and latency_ns >= 0, found {bw}, {lat}")
         count += 1
@@ -145,15 +145,21 @@ def topology_spec(topology: Any) -> _TopologySpec:
 
 
 def route_vertices(topology: Any, src: int, dst: int) -> list[Hashable]:
-    """``topology.route(src, dst)`` as a vertex sequence (it may return links or vertices)."""
+    """The vertex sequence of the route ``src -> dst``: ``topology.route_vertices`` when it has
+    one, else ``topology.route`` (link ids into ``topology.links``, link objects, or vertices)."""
     try:
+        if callable(getattr(topology, "route_vertices", None)):
+            return list(topology.route_vertices(src, dst))
         path = list(topology.route(src, dst))
     except BackendError:
         raise
     except Exception as exc:  # noqa: BLE001 - another package's error type, re-raised as ours
         raise BackendError(f"no route from {src} to {dst}: {exc}") from exc
     if not path:
-        return []
+        return [src]
+    if all(isinstance(x, int) for x in path) and hasattr(topology, "links"):
+        links = _topology_links(topology)
+        path = [links[i] for i in path]
     first = path[0]
     if hasattr(first, "bw_GBps") or hasattr(first, "latency_ns"):
         verts = [_link_ends(first)[0]]

@@ -117,23 +117,23 @@ def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     vstages = stages * chunks
     per_vs = [layers // vstages + (1 if i < layers % vstages else 0) for i in range(vstages)]
 
-    backend = make_named_backend(backend_name, topology)
-    flows_simulated = 0
-    try:
-        p2p_ns = 0
-        if stages > 1 and act > 0:
-            p2p_ns = _phase_ns(backend, [Flow(0, 0, 1, act)], 0)
-            flows_simulated += 1
-        clock = p2p_ns
-        step_ns = 0
-        if dp > 1 and grad > 0:
-            chunk = math.ceil(grad / stages / dp)
-            ring = [Flow(1 + s * dp + d, d * stages + s, ((d + 1) % dp) * stages + s, chunk)
-                    for s in range(stages) for d in range(dp)]
-            step_ns = _phase_ns(backend, ring, clock)
-            flows_simulated += len(ring)
-    finally:
-        close_backend(backend)
+    p2p_ns = step_ns = flows_simulated = 0
+    needs_p2p = stages > 1 and act > 0
+    needs_dp = dp > 1 and grad > 0
+    if needs_p2p or needs_dp:  # a plan without communication needs no backend at all
+        backend = make_named_backend(backend_name, topology)
+        try:
+            if needs_p2p:
+                p2p_ns = _phase_ns(backend, [Flow(0, 0, 1, act)], 0)
+                flows_simulated += 1
+            if needs_dp:
+                chunk = math.ceil(grad / stages / dp)
+                ring = [Flow(1 + s * dp + d, d * stages + s, ((d + 1) % dp) * stages + s, chunk)
+                        for s in range(stages) for d in range(dp)]
+                step_ns = _phase_ns(backend, ring, p2p_ns)
+                flows_simulated += len(ring)
+        finally:
+            close_backend(backend)
 
     def op_time(stage: int, op: Any) -> int:
         n = per_vs[op.chunk * stages + stage]
