@@ -1,0 +1,83 @@
+"""``xsim validate TRACES --cluster FILE_OR_PRESET``: simulated vs measured step time on real captures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from xsim_trace.io import atomic_write
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="convert Kineto captures, replay them, compare per rank with the measured ProfilerStep",
+        description="Convert Kineto captures (a file, a folder of rank files, a glob or a .tar.gz), replay "
+        "them over a cluster, and compare per rank the simulated step time with the measured ProfilerStep "
+        "duration, per NCCL kernel the simulated with the measured time, and the compute-only critical path.",
+    )
+    p.add_argument("traces", metavar="TRACES", help="Kineto capture(s): file, folder, glob or .tar.gz")
+    p.add_argument("--cluster", required=True, metavar="FILE_OR_PRESET", help="cluster YAML/JSON or preset name")
+    p.add_argument("--step", default=None, metavar="N", help="ProfilerStep number, or 'all' (default: the last)")
+    p.add_argument("--backend", default="analytical", help="network backend (default: analytical)")
+    p.add_argument("--out", metavar="DIR", help="write validation.json (and validation.png with --plot) here")
+    p.add_argument("--plot", action="store_true", help="draw simulated vs measured (needs --out)")
+    p.add_argument("--no-skew", action="store_true",
+                   help="start all ranks together even when their clocks show different step starts")
+    p.add_argument("--no-collectives", action="store_true", help="leave the per-collective table out of the print")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from converters.kineto import convert_kineto, read_ranks
+    from converters.sources import resolve_inputs
+
+    from xsim_trace.errors import ConfigError
+    from xsim_trace.graph import attrs as A
+    from xsim_trace.validate.compare import format_table
+    from xsim_trace.validate.measured import measure
+    from xsim_trace.validate.pipeline import engine_runner, load_cluster, validate_converted
+
+    if args.plot and not args.out:
+        raise ConfigError("--plot needs --out DIR", field="--plot")
+    step = args.step
+    if step is not None and step != "all":
+        try:
+            step = int(step)
+        except ValueError:
+            raise ConfigError(f"expected a ProfilerStep number or 'all', found {step!r}", field="--step") from None
+    cluster = load_cluster(args.cluster)
+    conv = convert_kineto(read_ranks(resolve_inputs(args.traces)), step=step)
+    first = conv.traces[min(conv.traces)]
+    chosen = first.metadata.attr(A.META_STEP)
+    measured_step = "all" if step == "all" else (int(chosen) if chosen is not None and int(chosen) >= 0 else step)
+    measured = measure(args.traces, measured_step)
+    world = first.metadata.attr(A.META_WORLD_SIZE)
+    v = validate_converted(
+        Path(args.traces.rstrip("/")).name,
+        conv.traces,
+        conv.comm_groups,
+        measured,
+        engine_runner(cluster, args.backend),
+        cluster_name=str(getattr(cluster, "name", args.cluster)),
+        world_size=int(world) if world is not None else None,
+        skew=not args.no_skew,
+    )
+    print(format_table(v, collectives=not args.no_collectives))
+    if args.out:
+        out = Path(args.out)
+        doc = v.to_dict()
+        doc["measured"] = {str(r): m.to_dict() for r, m in measured.items()}
+        with atomic_write(out / "validation.json") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write("\n")
+        if args.plot:
+            from xsim_trace.validate.plot import plot_validation
+
+            plot_validation(v, out / "validation.png")
+        log.info("wrote %s", out)
+    return 0
