@@ -1,0 +1,83 @@
+"""The backends side by side on one-switch clusters (2-8 ranks): they agree on a single large flow
+and on a contention-free ring, and differ where they should (incast, shared uplink).
+
+Stated tolerances: analytical and flow within 0.01 % of the hand formula (2 x latency +
+size / bw) on a lone flow; ns3 within 2 % (TCP handshake and headers; never faster).  With
+contention the fair-share formula is (n - 1) x size / bw: flow and ns3 within 2 % of it, analytical
+(no contention by design) at the lone-flow time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xsim_trace.cli.main import main
+from xsim_trace.network.ns3_backend import ns3_available
+from xsim_trace.sweep.backends import available_backends
+from xsim_trace.sweep.micro import compare_backends, ideal_ns
+
+BW, LAT, MiB = 12.5, 1000, 1 << 20
+HAVE_NS3 = ns3_available()
+FLUID = [b for b in ("analytical", "flow") if b in available_backends()]
+ALL = FLUID + (["ns3"] if HAVE_NS3 else [])
+TOL = {"analytical": 1e-4, "flow": 1e-4, "ns3": 0.02}
+
+
+def finish_by_backend(case, ranks, size, backends):
+    cmp = compare_backends(backends, case, ranks, size, BW, LAT, keep_going=False)
+    return {r.backend: r for r in cmp.runs}
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_single_large_flow_agrees(ranks):
+    size = 16 * MiB
+    ideal = ideal_ns("single", ranks, size, BW, LAT, shared=False)
+    assert ideal == 1_344_177
+    runs = finish_by_backend("single", ranks, size, ALL)
+    assert set(runs) == set(ALL)
+    for name, r in runs.items():
+        assert ideal * (1 - 1e-4) <= r.makespan_ns <= ideal * (1 + TOL[name]), name
+
+
+@pytest.mark.parametrize("case", ["incast", "shared"])
+def test_contention_separates_the_backends(case):
+    ranks, size = 4, 8 * MiB
+    alone = ideal_ns(case, ranks, size, BW, LAT, shared=False)
+    fair = ideal_ns(case, ranks, size, BW, LAT, shared=True)
+    assert (alone, fair) == (673_089, 2_015_266)
+    runs = finish_by_backend(case, ranks, size, ALL)
+    if "analytical" in runs:  # no contention model: every flow as if alone
+        assert runs["analytical"].makespan_ns == pytest.approx(alone, rel=1e-4)
+    if "flow" in runs:  # max-min fair share: all three end together at 3 x size / bw
+        assert runs["flow"].finish_ns == pytest.approx((fair,) * 3, rel=1e-4)
+    if "ns3" in runs:  # packet level: TCP shares the bottleneck, last one ends near the fair time
+        assert fair <= runs["ns3"].makespan_ns <= fair * (1 + TOL["ns3"])
+        assert min(runs["ns3"].finish_ns) > 1.5 * alone
+
+
+def test_ring_has_no_contention_for_the_fluid_models():
+    runs = finish_by_backend("ring", 8, 8 * MiB, FLUID)
+    for r in runs.values():
+        assert r.finish_ns == pytest.approx((673_089,) * 8, rel=1e-4)
+
+
+def test_compare_cli_json(capsys):
+    names = ALL[:1] + ALL[-1:] if ALL else []
+    if not names:
+        pytest.skip("no backend available")
+    args = ["backends", "compare", "incast", "--ranks", "3", "--size", "2MiB", "--json"]
+    for n in dict.fromkeys(names):
+        args += ["--backend", n]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ideal_fair_share_ns"] == round(2 * LAT + 2 * 2 * MiB / BW)
+    assert [r["backend"] for r in out["runs"]] == list(dict.fromkeys(names))
+    assert all(r["flows"] == 2 and r["error"] is None and r["wall_per_flow_s"] > 0 for r in out["runs"])
+
+
+def test_compare_cli_reports_a_bad_backend(capsys):
+    assert main(["backends", "compare", "single", "--backend", "nosuch"]) == 1
+    assert "nosuch" in capsys.readouterr().out
+    assert main(["backends", "compare", "single", "--ranks", "1"]) == 2
