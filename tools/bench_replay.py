@@ -2,10 +2,12 @@
 wall time of a 1,024-rank ring all-reduce of 64 MB in 4 chunks (ASTRA-sim on this kind of machine:
 14.7 s congestion-unaware, 23.7 s congestion-aware).
 
-    .venv/bin/python tools/bench_replay.py            # everything (about a minute)
-    .venv/bin/python tools/bench_replay.py --quick    # smaller sizes, a few seconds
+    .venv/bin/python tools/bench_replay.py            # the full sizes (a couple of minutes, mostly building the trace)
+    .venv/bin/python tools/bench_replay.py --quick    # small sizes, seconds
+    .venv/bin/python tools/bench_replay.py --ca-ranks 1024   # also the flow-by-flow congestion-aware ring at full size
 
-Prints a table.  Not a test: the numbers depend on the machine.
+Prints a table with wall and CPU seconds (CPU time is the steadier figure on a shared machine).
+Not a test: the numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import argparse
 import time
 
 from xsim_trace.cluster import single_switch
-from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Trace, make_metadata, make_node
 from xsim_trace.network.registry import make_backend
 from xsim_trace.network.topology import build_topology
 from xsim_trace.replay import Engine, ReplaySettings, compile_workload
 from xsim_trace.replay.sample import tp_dp_step
+
+BW_GBPS, LAT_NS = 400.0, 500
 
 
 def ring_all_reduce(ranks: int, size: int) -> dict[int, Trace]:
@@ -30,60 +33,65 @@ def ring_all_reduce(ranks: int, size: int) -> dict[int, Trace]:
 
 
 def timed(fn):
-    t0 = time.perf_counter()
+    w0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    return out, time.perf_counter() - t0
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+def backend(name: str, ranks: int):
+    return make_backend(name, build_topology(single_switch(ranks, BW_GBPS, LAT_NS)))
+
+
+def step_rows(ranks: int, layers: int, backends: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    rows = []
+    tp = 8
+    (traces, groups), w_gen, _ = timed(
+        lambda: tp_dp_step(tp=tp, dp=ranks // tp, layers=layers, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20)
+    )
+    nodes = sum(len(t) for t in traces.values())
+    w, w_comp, c_comp = timed(lambda: compile_workload(traces, groups))
+    del traces
+    rows.append((f"synthetic step: {ranks} ranks (TP8 x DP{ranks // tp}), {layers} layers", f"{nodes:,} nodes",
+                 f"build {w_gen:.1f} s; compile {w_comp:.1f} s wall, {c_comp:.1f} s CPU ({nodes / c_comp:,.0f} nodes/s)"))
+    for name in backends:
+        be = backend(name, ranks)
+        raw, wall, cpu = timed(lambda: Engine(w, be, ReplaySettings()).run())
+        rows.append((f"  replay on {name}", f"{nodes / cpu:,.0f} nodes/s",
+                     f"{wall:.2f} s wall, {cpu:.2f} s CPU ({nodes / wall:,.0f} nodes/s wall); {raw.stats.flows:,} flows, "
+                     f"{raw.stats.closed_form_collectives:,}/{raw.stats.collectives:,} collectives closed-form; "
+                     f"iteration {int(raw.end_ns.max()):,} ns"))
+    return rows
+
+
+def ring_row(ranks: int, name: str, ref: str) -> tuple[str, str, str]:
+    w = compile_workload(ring_all_reduce(ranks, 64 << 20))
+    be = backend(name, ranks)
+    raw, wall, cpu = timed(lambda: Engine(w, be, ReplaySettings(chunks=4, in_flight=1)).run())
+    flows = raw.stats.flows or 4 * 2 * (ranks - 1) * ranks
+    how = f"{raw.stats.flows:,} flows ({raw.stats.flows / cpu:,.0f} flows/s CPU)" if raw.stats.flows else f"closed form ({flows:,} transfers)"
+    return (f"ring all-reduce 64 MB, 4 chunks, {ranks} ranks, {name}", f"{wall:.2f} s wall",
+            f"{cpu:.2f} s CPU; {how}; simulated {int(raw.end_ns.max()):,} ns; {ref}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes (for a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--ranks", type=int, default=1024)
-    ap.add_argument("--layers", type=int, default=None, help="layers of the synthetic step (default: 1M+ nodes)")
+    ap.add_argument("--ca-ranks", type=int, default=128, help="ranks of the flow-by-flow congestion-aware ring (default 128)")
     args = ap.parse_args()
     ranks = 64 if args.quick else args.ranks
-    tp = 8
-    # nodes per rank in tp_dp_step: 4 per layer forward + 5 per layer backward + 1
-    layers = args.layers or (4 if args.quick else max(1, -(-1_000_000 // ranks - 1) // 9 + 1))
-    rows: list[tuple[str, str, str]] = []
-
-    cluster = single_switch(ranks, 400.0, 500)
-    topo = build_topology(cluster)
-
-    (traces, groups), t_gen = timed(lambda: tp_dp_step(tp=tp, dp=ranks // tp, layers=layers, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20))
-    nodes = sum(len(t) for t in traces.values())
-    w, t_compile = timed(lambda: compile_workload(traces, groups))
-    rows.append((f"synthetic step: {ranks} ranks x {layers} layers", f"{nodes:,} nodes", f"build {t_gen:.2f} s, compile {t_compile:.2f} s"))
-    for backend_name in ("analytical", "analytical-ca"):
-        settings = ReplaySettings(chunks=1)
-        be = make_backend(backend_name, topo)
-        raw, t_run = timed(lambda: Engine(w, be, settings).run())
-        rows.append((f"  replay on {backend_name}", f"{nodes / t_run:,.0f} nodes/s", f"{t_run:.2f} s, {raw.stats.flows:,} flows"))
-    del traces, w
-
-    size = 64 << 20
-    wl = compile_workload(ring_all_reduce(ranks, size))
-    settings = ReplaySettings(chunks=4, in_flight=1)
-    for backend_name, ref in (("analytical", "ASTRA-sim 14.7 s"), ("analytical-ca", "ASTRA-sim 23.7 s")):
-        if backend_name == "analytical-ca" and ranks > 256 and not args.quick:
-            n_ca = 128
-            wl_ca = compile_workload(ring_all_reduce(n_ca, size))
-            be = make_backend(backend_name, build_topology(single_switch(n_ca, 400.0, 500)))
-            raw, t_run = timed(lambda: Engine(wl_ca, be, settings).run())
-            rows.append(
-                (f"ring all-reduce 64 MB, 4 chunks, {n_ca} ranks, {backend_name}", f"{t_run:.2f} s wall", f"{raw.stats.flows:,} flows, sim {int(raw.end_ns.max()):,} ns; {ref} at 1024")
-            )
-            continue
-        be = make_backend(backend_name, topo)
-        raw, t_run = timed(lambda: Engine(wl, be, settings).run())
-        rows.append(
-            (f"ring all-reduce 64 MB, 4 chunks, {ranks} ranks, {backend_name}", f"{t_run:.2f} s wall", f"{raw.stats.flows:,} flows, sim {int(raw.end_ns.max()):,} ns; {ref}")
-        )
-    wa = [max(len(r[i]) for r in rows) for i in range(3)]
-    print("  ".join(h.ljust(wa[i]) for i, h in enumerate(("case", "figure", "notes"))))
-    print("  ".join("-" * x for x in wa))
+    # tp_dp_step has 9 nodes per layer per rank plus one: enough layers for 1M+ nodes
+    layers = 4 if args.quick else -(-(1_000_000 // ranks) // 9)
+    rows = step_rows(ranks, layers, ("analytical",))
+    rows += step_rows(64, 8 if args.quick else 40, ("analytical", "analytical-ca", "flow"))
+    rows.append(ring_row(ranks, "analytical", "ASTRA-sim congestion-unaware 14.7 s at 1024"))
+    ca = min(args.ca_ranks, ranks) if args.quick else args.ca_ranks
+    rows.append(ring_row(ca, "analytical-ca", "ASTRA-sim congestion-aware 23.7 s at 1024"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    print("  ".join(h.ljust(widths[i]) for i, h in enumerate(("case", "figure", "notes"))))
+    print("  ".join("-" * x for x in widths))
     for r in rows:
-        print("  ".join(c.ljust(wa[i]) for i, c in enumerate(r)))
+        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip())
 
 
 if __name__ == "__main__":

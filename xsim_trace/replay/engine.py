@@ -225,6 +225,7 @@ class Engine:
         n_closed = 0
         n_colls = 0
         offsets_memo: dict[tuple, list[int]] = {}
+        closed = self.closed_form
         events = 0
 
         def start_flow(src: int, dst: int, size: int, now: int, cb: tuple) -> None:
@@ -333,7 +334,7 @@ class Engine:
                 coll_begin(inst, now)
 
         def coll_begin(inst, now: int) -> None:
-            nonlocal n_closed, n_colls
+            nonlocal n_closed, n_colls, seq
             n_colls += 1
             for g in inst.nodes:
                 wait_t[g] = now - start_t[g]
@@ -342,18 +343,20 @@ class Engine:
                 for g in inst.nodes:
                     done_at(g, now)
                 return
-            sizes = chunk_sizes(max(inst.size_bytes, 1), nchunks)
-            if self.closed_form:
+            if closed:
                 n_closed += 1
                 # every member starts at `now`, so the finish times are `now` + offsets that only
-                # depend on the group, the algorithm, the type and the size
-                key = (inst.group, self.settings.algorithm_for(inst.comm_type), inst.comm_type, inst.size_bytes)
+                # depend on the group, the type (hence the algorithm) and the size
+                key = (inst.group, inst.comm_type, inst.size_bytes)
                 offsets = offsets_memo.get(key)
                 if offsets is None:
+                    sizes = chunk_sizes(max(inst.size_bytes, 1), nchunks)
                     offsets = offsets_memo[key] = self._closed_form(inst, members, sizes, 0).tolist()
                 for g, off in zip(inst.nodes, offsets):
-                    done_at(g, now + off)
+                    seq += 1
+                    push(heap, (now + off, seq, EV_DONE, g))
                 return
+            sizes = chunk_sizes(max(inst.size_bytes, 1), nchunks)
             plans = [self._schedule(inst, cb, True)[1] for cb in sizes]
             run = _CollRun(inst, members, plans)
             for c in range(min(in_flight, run.k)):
@@ -429,6 +432,7 @@ class Engine:
                 make_ready(i, 0)
 
         finished = 0
+        progress = self.progress
         report_every = 65536
         guard = 0
         while True:
@@ -439,12 +443,11 @@ class Engine:
             else:
                 t_net = None
             if heap and (t_net is None or heap[0][0] < t_net):
-                ev = pop(heap)
+                now, _, et, payload = pop(heap)
                 events += 1
-                now = ev[0]
-                et = ev[2]
                 if et == EV_DONE:
-                    i = ev[3]
+                    # the hot path, inlined: finish, hand the resource on, wake successors
+                    i = payload
                     end_t[i] = now
                     finished += 1
                     r = res_of[i]
@@ -455,22 +458,34 @@ class Engine:
                         busy[r] = False
                     for kk in range(sptr[i], sptr[i + 1]):
                         s_ = sidx[kk]
-                        indeg[s_] -= 1
-                        if indeg[s_] == 0:
-                            make_ready(s_, now)
-                    if self.progress is not None and finished % report_every == 0:
-                        self.progress(report_every)
+                        d_ = indeg[s_] - 1
+                        indeg[s_] = d_
+                        if d_ == 0:
+                            ready_t[s_] = now
+                            r = res_of[s_]
+                            if busy[r]:
+                                queues[r].append(s_)
+                            else:
+                                busy[r] = True
+                                if kind[s_] == K_TIMED:
+                                    start_t[s_] = now
+                                    seq += 1
+                                    push(heap, (now + dur[s_], seq, EV_DONE, s_))
+                                else:
+                                    node_start(s_, now)
+                    if progress is not None and finished % report_every == 0:
+                        progress(report_every)
                 elif et == EV_STEP:
-                    run, c, p, s = ev[3]
+                    run, c, p, s = payload
                     enter_step(run, c, p, s, now)
                 elif et == EV_ISSUE:
-                    run, c, s, p, sends = ev[3]
+                    run, c, s, p, sends = payload
                     issue(run, c, s, p, sends, now)
                 elif eager:
-                    si, key, src, dst, size = ev[3]
+                    si, key, src, dst, size = payload
                     start_flow(src, dst, size, now, (CB_EAGER, si, key))
                 else:
-                    si, ri, src, dst, size = ev[3]
+                    si, ri, src, dst, size = payload
                     start_flow(src, dst, size, now, (CB_P2P, si, ri))
             elif t_net is not None:
                 now = t_net
