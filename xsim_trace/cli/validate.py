@@ -33,14 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from converters.crossrank import alltoall_schedule
     from converters.kineto import convert_kineto, read_ranks
     from converters.sources import resolve_inputs
 
     from xsim_trace.errors import ConfigError
-    from xsim_trace.graph import attrs as A
     from xsim_trace.validate.compare import format_table
-    from xsim_trace.validate.measured import measure
-    from xsim_trace.validate.pipeline import engine_runner, load_cluster, validate_converted
+    from xsim_trace.validate.pipeline import validate_captures
 
     if args.plot and not args.out:
         raise ConfigError("--plot needs --out DIR", field="--plot")
@@ -50,23 +49,14 @@ def run(args: argparse.Namespace) -> int:
             step = int(step)
         except ValueError:
             raise ConfigError(f"expected a ProfilerStep number or 'all', found {step!r}", field="--step") from None
-    cluster = load_cluster(args.cluster)
-    conv = convert_kineto(read_ranks(resolve_inputs(args.traces)), step=step)
-    first = conv.traces[min(conv.traces)]
-    chosen = first.metadata.attr(A.META_STEP)
-    measured_step = "all" if step == "all" else (int(chosen) if chosen is not None and int(chosen) >= 0 else step)
-    measured = measure(args.traces, measured_step)
-    world = first.metadata.attr(A.META_WORLD_SIZE)
-    v = validate_converted(
-        Path(args.traces.rstrip("/")).name,
-        conv.traces,
-        conv.comm_groups,
-        measured,
-        engine_runner(cluster, args.backend),
-        cluster_name=str(getattr(cluster, "name", args.cluster)),
-        world_size=int(world) if world is not None else None,
-        skew=not args.no_skew,
-    )
+    kts = read_ranks(resolve_inputs(args.traces))
+
+    def convert(number):
+        conv = convert_kineto(kts, step=number)
+        return conv.traces, conv.comm_groups
+
+    v, measured = validate_captures(args.traces, args.cluster, convert, backend=args.backend, step=step,
+                                    skew=not args.no_skew, alltoall_order=alltoall_schedule)
     print(format_table(v, collectives=not args.no_collectives))
     if args.out:
         out = Path(args.out)

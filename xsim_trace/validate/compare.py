@@ -53,7 +53,8 @@ class RankRow:
 class CollectiveRow:
     rank: int
     ordinal: int
-    collective: str
+    collective: str  # from the captured kernel (SEND_RECV for NCCL's grouped p2p kernel)
+    converted_as: str | None  # what the converted graph made of it (ALL_TO_ALL per-peer p2p, REDUCE_SCATTER...)
     algo: str
     proto: str
     size_bytes: int | None
@@ -142,6 +143,7 @@ def compare(
                     rank=rank,
                     ordinal=k.ordinal,
                     collective=k.collective,
+                    converted_as=sim.collective if sim else None,
                     algo=k.algo,
                     proto=k.proto,
                     size_bytes=k.size_bytes if k.size_bytes is not None else (sim.size_bytes if sim else None),
@@ -169,13 +171,14 @@ def format_table(v: Validation, collectives: bool = True) -> str:
     lines.append(f"max |error| {v.max_abs_error_pct:.2f} %, mean |error| {v.mean_abs_error_pct:.2f} %")
     if collectives and v.collectives:
         lines.append("")
-        lines.append(f"{'rank':>4} {'#':>3} {'collective':<14} {'algo/proto':<12} {'size bytes':>12} "
+        lines.append(f"{'rank':>4} {'#':>3} {'kernel':<11} {'converted as':<15} {'algo/proto':<12} {'size bytes':>12} "
                      f"{'measured us':>12} {'simulated us':>13} {'error %':>8}")
         for c in v.collectives:
             sim = "-" if c.simulated_ns is None else f"{c.simulated_ns / 1e3:.1f}"
             err = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
             size = "-" if c.size_bytes is None else str(c.size_bytes)
-            lines.append(f"{c.rank:>4} {c.ordinal:>3} {c.collective:<14} {c.algo + '/' + c.proto:<12} {size:>12} "
+            lines.append(f"{c.rank:>4} {c.ordinal:>3} {c.collective:<11} {c.converted_as or '-':<15} "
+                         f"{c.algo + '/' + c.proto:<12} {size:>12} "
                          f"{c.measured_ns / 1e3:>12.1f} {sim:>13} {err:>8}")
     for note in v.notes:
         lines.append(f"note: {note}")

@@ -7,14 +7,16 @@ import importlib
 import logging
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from dataclasses import replace
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from xsim_trace.errors import BackendError, ConfigError
+from xsim_trace.graph import attrs as A
 from xsim_trace.graph.model import Trace
 from xsim_trace.validate.compare import Validation, compare
-from xsim_trace.validate.measured import RankMeasurement, shared_clock, start_skew_ns
+from xsim_trace.validate.measured import RankMeasurement, measure, shared_clock, start_skew_ns
 from xsim_trace.validate.scenario import mirror_peers
 from xsim_trace.validate.simulate import simulate
 
@@ -93,3 +95,65 @@ def validate_converted(
         notes.append("ranks do not share a clock: all start together")
     sim = simulate(full, comm_groups, run, start_offsets_ns=offsets, report_ranks=tuple(sorted(measured)))
     return compare(name, cluster_name, measured, sim, notes)
+
+
+def merge(validations: list[Validation], name: str | None = None) -> Validation:
+    """Several steps' validations as one: rank rows one per (rank, step), collective ordinals numbered
+    on across the steps in order."""
+    if not validations:
+        raise ConfigError("nothing to merge")
+    ranks = []
+    colls = []
+    offset: dict[int, int] = {}
+    notes: list[str] = []
+    for v in validations:
+        ranks.extend(v.ranks)
+        per_rank: dict[int, int] = {}
+        for c in v.collectives:
+            colls.append(replace(c, ordinal=c.ordinal + offset.get(c.rank, 0)))
+            per_rank[c.rank] = max(per_rank.get(c.rank, 0), c.ordinal + 1)
+        for r, n in per_rank.items():
+            offset[r] = offset.get(r, 0) + n
+        notes.extend(n for n in v.notes if n not in notes)
+    first = validations[0]
+    return Validation(name or first.name, first.cluster, tuple(ranks), tuple(colls), tuple(notes))
+
+
+def validate_captures(
+    spec: str,
+    cluster_spec: str,
+    convert: Callable[[int | None], tuple[Mapping[int, Trace], Mapping[str, tuple[int, ...]]]],
+    *,
+    backend: str = "analytical",
+    step: int | str | None = None,
+    skew: bool = True,
+    alltoall_order=None,
+    name: str | None = None,
+) -> tuple[Validation, dict[int, RankMeasurement]]:
+    """Measure ``spec``, convert it with ``convert(step)`` (the converter's front end), replay and compare.
+    ``step="all"`` validates every ProfilerStep of the capture in turn and merges the results."""
+    cluster = load_cluster(cluster_spec)
+    cluster_name = str(getattr(cluster, "name", cluster_spec))
+    runner = engine_runner(cluster, backend)
+    label = name or Path(spec.rstrip("/")).name
+    if step == "all":
+        numbers = [s.number for s in next(iter(measure(spec).values())).steps]
+    else:
+        numbers = [step]
+    out: list[Validation] = []
+    measured_all: dict[int, RankMeasurement] = {}
+    for number in numbers:
+        traces, groups = convert(number)
+        first = traces[min(traces)]
+        chosen = first.metadata.attr(A.META_STEP)
+        use = int(chosen) if chosen is not None and int(chosen) >= 0 else number
+        measured = measure(spec, use)
+        world = first.metadata.attr(A.META_WORLD_SIZE)
+        out.append(
+            validate_converted(label, traces, groups, measured, runner, cluster_name=cluster_name,
+                               world_size=int(world) if world is not None else None, skew=skew,
+                               alltoall_order=alltoall_order)
+        )
+        if number == numbers[-1]:
+            measured_all = dict(measured)
+    return (out[0] if len(out) == 1 else merge(out, label)), measured_all

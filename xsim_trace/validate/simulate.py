@@ -25,10 +25,13 @@ log = logging.getLogger(__name__)
 
 def _label(trace: Trace, positions: list[int]) -> tuple[str, int]:
     first = trace.nodes[positions[0]]
-    if first.type == NodeType.COMM_COLL and first.comm_type is not None:
-        name = first.comm_type.name
+    ctype = first.comm_type
+    if first.type == NodeType.COMM_COLL and ctype is not None:
+        name = ctype.name
+    elif ctype is not None and len(positions) > 1:
+        name = f"{ctype.name}(p2p)"  # an all-to-all as per-peer sends and receives
     else:
-        name = "SEND_RECV"
+        name = "SEND" if first.type == NodeType.COMM_SEND else "RECV"
     size = sum(trace.nodes[p].comm_size_bytes for p in positions if trace.nodes[p].type != NodeType.COMM_RECV)
     return name, size
 
