@@ -230,3 +230,25 @@ def test_engine_and_quick_replay_agree_on_a_heterogeneous_rank_set():
     quick = quick_replay(res.traces, lambda a, b: 1e6, latency_ns=0).times
     # the two differ only in rounding (the engine floors each transfer, the quick replay rounds up)
     assert abs(max(t.end_ns for t in eng.values()) - max(t.end_ns for t in quick.values())) <= 8
+
+
+@pytest.mark.parametrize("strategy,fwd_ns,bwd_ns", [
+    # TP2 -> TP4, S = 8000 B, 10 GB/s, no latency.  direct: 4 concurrent 2000 B flows = 200 ns;
+    # leader: P2P 4000 B (400) then scatter 2000 B (200) forward, gather 2000 B (200) then P2P
+    # 4000 B (400) backward; broadcast: 4000 B per cluster from one root = 400 ns.
+    ("direct", 200, 200), ("leader", 600, 600), ("broadcast", 400, 400)])
+def test_reshard_time_per_boundary_by_hand(strategy, fwd_ns, bwd_ns):
+    d = plan_dict(reshard=strategy, device_groups=[{"name": "h100", "device": "H100", "count": 8},
+                                                   {"name": "a100", "device": "H100", "count": 8}])
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=8_000))
+    met = compute_metrics(res.traces, quick_replay(res.traces, lambda a, b: 10.0, latency_ns=0).times)
+    got = {b.boundary: (b.exchanges, b.total_ns) for b in met.boundaries}
+    assert got == {"p0:v0->v1": (4, 4 * fwd_ns), "p0:v1->v0": (4, 4 * bwd_ns)}
+
+
+def test_rewrite_is_deterministic():
+    d = plan_dict(reshard="broadcast")
+    d["pipelines"][0]["replicas"] = 2
+    a = rewrite(plan_from_mapping(d), fixed_template(act_bytes=8_000, tp_coll_bytes=64))
+    b = rewrite(plan_from_mapping(d), fixed_template(act_bytes=8_000, tp_coll_bytes=64))
+    assert a.traces == b.traces and a.comm_groups == b.comm_groups

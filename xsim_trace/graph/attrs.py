@@ -88,6 +88,7 @@ RING_ORDER = "ring_order"  # int64_list: ranks of a ring collective in ring orde
 META_TP = "tp_degree"  # int64: TP degree of a rank's stage
 META_DEVICE_GROUP = "device_group"  # string: plan device group of a rank
 META_PLAN = "plan"  # string: name of the deployment plan a trace was rewritten for
+XFER_PHASE = "transfer_phase"  # string: pp / direct / gather / p2p / scatter / broadcast step of a boundary transfer
 
 KIND_OF.update({
     PHASE: AttrKind.STRING,
@@ -100,6 +101,7 @@ KIND_OF.update({
     META_TP: AttrKind.INT64,
     META_DEVICE_GROUP: AttrKind.STRING,
     META_PLAN: AttrKind.STRING,
+    XFER_PHASE: AttrKind.STRING,
 })
 
 # --- converter provenance (xsim-convert) --------------------------------------------------------

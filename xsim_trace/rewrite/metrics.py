@@ -1,5 +1,5 @@
 """Heterogeneity metrics from a replay's per-node times: pipeline bubble per stage, straggler wait
-per DP barrier member, reshard time per stage boundary.
+per DP barrier member, reshard (and plain PP) transfer time per stage boundary.
 
 ``times`` maps ``(rank, node id)`` to an object with ``ready_ns``, ``start_ns``, ``end_ns`` (the
 quick replay's :class:`NodeTime`, or any engine's record with those fields).
@@ -42,7 +42,7 @@ class BoundaryTime:
     boundary: str
     kind: str  # pp / reshard
     exchanges: int
-    total_ns: int  # sum over exchanges of (last send / collective end - first sender start)
+    total_ns: int  # sum over exchanges of the exchange's transfer time (phases in sequence)
 
     @property
     def mean_ns(self) -> float:
@@ -83,13 +83,9 @@ def compute_metrics(traces: Mapping[int, Trace], times: Mapping[tuple[int, int],
             if n.type == NodeType.COMM_COLL:
                 seen[n.pg_name] += 1
             kind = n.attr(A.COMM_KIND)
-            if kind in ("pp", "reshard") and n.attr(A.PP_BOUNDARY):
-                if n.type == NodeType.COMM_SEND or (n.type == NodeType.COMM_COLL and n.attr(A.COMM_ROOT) == r):
-                    role = "send"
-                else:
-                    role = "recv" if n.type == NodeType.COMM_RECV else "coll"
+            if kind in ("pp", "reshard") and n.attr(A.PP_BOUNDARY) and n.type != NodeType.COMM_RECV:
                 key = (str(n.attr(A.PP_BOUNDARY)), kind, int(n.attr(A.MICROBATCH, 0)), str(n.attr(A.PHASE, "")))
-                exch[key].append((role, t))
+                exch[key].append((str(n.attr(A.XFER_PHASE, kind)), n.pg_name if n.type == NodeType.COMM_COLL else None, t))
     bubbles = []
     for (pipe, stage), per_rank in sorted(busy.items()):
         s0, s1 = span[pipe]
@@ -101,10 +97,21 @@ def compute_metrics(traces: Mapping[int, Trace], times: Mapping[tuple[int, int],
         for r, t in members:
             stragglers.append(StragglerWait(pg, k, r, start - t.ready_ns))
     agg: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for (boundary, kind, _, _), ts in exch.items():
-        # from the first sender starting (data ready at the source) to the last send / collective
-        # ending (data delivered); when a receive was posted early or late does not count
-        first = min(t.start_ns for role, t in ts if role == "send")
-        agg[(boundary, kind)].append(max(t.end_ns for role, t in ts if role != "recv") - first)
+    for (boundary, kind, _, _), items in exch.items():
+        # per transfer phase (gather, p2p, scatter, ...), the longest transfer: a send from its start
+        # (the data leaves) to its end, a collective from its last member joining to its end; the
+        # phases of a strategy run one after another, so they add up.  Waiting for a receiver to
+        # post (a pipeline-schedule effect) is not reshard time.
+        phases: dict[str, list[tuple[str | None, Any]]] = defaultdict(list)
+        for phase, pg, t in items:
+            phases[phase].append((pg, t))
+        total = 0
+        for members in phases.values():
+            joined = defaultdict(int)  # collective -> when its last member joined
+            for pg, t in members:
+                if pg is not None:
+                    joined[pg] = max(joined[pg], t.start_ns)
+            total += max(t.end_ns - (joined[pg] if pg is not None else t.start_ns) for pg, t in members)
+        agg[(boundary, kind)].append(total)
     boundaries = tuple(BoundaryTime(b, k, len(v), sum(v)) for (b, k), v in sorted(agg.items()))
     return Metrics(tuple(bubbles), tuple(stragglers), boundaries)

@@ -148,7 +148,8 @@ class _Rewriter:
             for i, (s, d) in enumerate(zip(srcs, dsts)):
                 tag = self.tags.get(key + (i,))
                 nbytes = size // ts
-                self._p2p(s, d, tag, nbytes, "pp", f"{kind}{m}", base, producer=self.last_compute[s], ex=ex, final=True)
+                self._p2p(s, d, tag, nbytes, "pp", f"{kind}{m}", dict(base, **{A.XFER_PHASE: "pp"}),
+                          producer=self.last_compute[s], ex=ex, final=True)
             return ex
         bal_key = (pipe, v_from, v_to)
         rp = plan_reshard(ts, td, self.plan.reshard, balancer=self.balancers.setdefault(bal_key, SenderBalancer()),
@@ -182,15 +183,16 @@ class _Rewriter:
                 d = rank_of[(tr.dsts[0].side, tr.dsts[0].index)]
                 tag = self.tags.get(key + (idx,))
                 final = tr.dsts[0].side == "dst"
-                rid = self._p2p(s, d, tag, nbytes, "reshard", f"{label}_{tr.phase}", base, producer=producer, ex=ex,
-                                final=final, send_deps=deps)
+                rid = self._p2p(s, d, tag, nbytes, "reshard", f"{label}_{tr.phase}", dict(base, **{A.XFER_PHASE: tr.phase}),
+                                producer=producer, ex=ex, final=final, send_deps=deps)
                 recv_node[idx] = (d, rid)
             else:
                 members = [s] + [rank_of[(e.side, e.index)] for e in tr.dsts]
                 pg = self.groups.get(members)
                 attrs = dict(base)
                 attrs.update({A.COMM_TYPE: int(CollectiveType.BROADCAST), A.COMM_SIZE: nbytes, A.PG_NAME: pg,
-                              A.COMM_KIND: "reshard", A.COMM_ROOT: s, A.STREAM: coll_stream(pg)})
+                              A.COMM_KIND: "reshard", A.COMM_ROOT: s, A.STREAM: coll_stream(pg),
+                              A.XFER_PHASE: tr.phase})
                 for r in members:
                     dep = [producer, *deps] if r == s else [self.last_compute[r]]
                     nid = self.b[r].add(f"reshard_bcast_{label}_root_r{s}", NodeType.COMM_COLL, dep, **attrs)
