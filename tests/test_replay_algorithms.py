@@ -105,3 +105,25 @@ def test_real_astra_custom_ring_send_recv_trace_replays():
     # the ring is a dependency chain: 7 reductions + 14 transfers of (10 ns endpoint delay + 2 hops)
     assert r.iteration_ns == 49_000 + 14 * (10 + hop) == 83_888
     assert len(set(r.rank_iteration_ns())) == 1
+
+
+E2E = SHARED / "chakra_et" / "reference_pytorch_e2e" / "chakra_trace"
+
+
+@pytest.mark.skipif(not E2E.parent.is_dir(), reason="../shared/traces not present")
+def test_reference_converter_output_needs_drop_missing_deps():
+    from xsim_trace.errors import GraphError
+    from xsim_trace.io import read_rank_set
+    from xsim_trace.replay import compile_workload
+
+    rs = read_rank_set(E2E)
+    with pytest.raises(GraphError, match=r"rank 0, node \d+: depends on node \d+, which is not in the trace"):
+        compile_workload(rs.traces)
+    w = compile_workload(rs.traces, drop_missing_deps=True)
+    assert w.num_nodes == 18_050 and len(w.instances) == 21
+    from xsim_trace.replay import replay_compiled
+
+    res = replay_compiled(w, StarAlphaBeta(100.0, 500))
+    assert res.stats.collectives == 21
+    b = res.ranks[0].breakdown
+    assert b.iteration_ns == b.compute_ns + b.host_ns + b.exposed_comm_total_ns + b.idle_ns + b.straggler_wait_ns

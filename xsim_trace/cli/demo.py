@@ -67,7 +67,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"xsim demo: replaying {what}: {nodes:,} nodes")
         print(f"           on {cluster.name} ({cluster.num_ranks} GPUs) with the {backend.name} backend, "
               f"{settings.chunks} chunks / {settings.in_flight} in flight per collective\n")
-        result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=getattr(args, "quiet", False))
+        result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=getattr(args, "quiet", False),
+                            drop_missing_deps=args.drop_missing_deps)
         paths = write_reports(result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
                               trace=None if args.sample is None and prefix.startswith(tmp) else prefix, cluster=str(args.cluster))
     print_outputs(result, paths)

@@ -22,6 +22,7 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint-delay-ns", type=int, default=0, help="delay before each send and after each chunk, ns")
     p.add_argument("--reduction-delay-ns", type=int, default=0, help="delay after each received message that is reduced, ns")
     p.add_argument("--p2p", choices=("eager", "rendezvous"), default="eager", help="send/recv semantics (default eager)")
+    p.add_argument("--drop-missing-deps", action="store_true", help="drop dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--no-timeline", action="store_true", help="skip timeline.json")
     p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
 
@@ -58,10 +59,10 @@ def network_for(cluster_spec, backend_name: str):
     return cluster, make_backend(backend_name, build_topology(cluster))
 
 
-def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool):
+def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False):
     from xsim_trace.replay import compile_workload, replay_compiled
 
-    workload = compile_workload(traces, comm_groups)
+    workload = compile_workload(traces, comm_groups, drop_missing_deps=drop_missing_deps)
     with progress_bar(workload.num_nodes, "replay", quiet=quiet) as bar:
         return replay_compiled(workload, backend, settings, cluster=cluster, progress=bar.update)
 
@@ -84,7 +85,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     cluster, backend = network_for(args.cluster, args.backend)
     quiet = getattr(args, "quiet", False)
     rs = read_rank_set(args.trace)
-    result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=quiet)
+    result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=quiet, drop_missing_deps=args.drop_missing_deps)
     paths = write_reports(
         result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
         trace=rs.prefix, cluster=str(args.cluster),

@@ -94,8 +94,13 @@ def _attr_map(node) -> dict:
 def compile_workload(
     traces: Mapping[int, Trace],
     comm_groups: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    drop_missing_deps: bool = False,
 ) -> CompiledWorkload:
-    """Compile ``{rank: Trace}`` (ranks 0..R-1) and comm groups ``{pg id: ranks}``."""
+    """Compile ``{rank: Trace}`` (ranks 0..R-1) and comm groups ``{pg id: ranks}``.
+
+    A dependency on a node absent from its rank's trace is a GraphError, unless
+    ``drop_missing_deps`` (then it is dropped and counted in one warning per rank)."""
     if not traces:
         raise GraphError("no ranks to replay")
     ranks = sorted(traces)
@@ -147,6 +152,7 @@ def compile_workload(
                 res_label.append(label)
             return rid
 
+        dropped = 0
         index_of: dict[int, int] = {}
         for i, node in enumerate(trace.nodes):
             if node.id in index_of:
@@ -206,19 +212,25 @@ def compile_workload(
                         fld = A.COMM_DST if exec_kind[g] == K_SEND else A.COMM_SRC
                         raise GraphError(f"peer rank {peer} is not in 0..{num_ranks - 1}", file=trace.source, rank=rank, node=node.id, field=fld)
             # deps
+            edges_before = len(dep_dst)
             seen: set[int] = set()
             for d in node.data_deps + node.ctrl_deps:
                 if d in seen:
                     continue
                 seen.add(d)
                 p = index_of.get(d)
+                if p is None and drop_missing_deps:
+                    dropped += 1
+                    continue
                 if p is None:
                     raise GraphError(f"depends on node {d}, which is not in the trace", file=trace.source, rank=rank, node=node.id)
                 if p == g:
                     raise GraphError("node depends on itself (a cycle)", file=trace.source, rank=rank, node=node.id)
                 dep_src.append(p)
                 dep_dst.append(g)
-            indegree[g] = len(seen)
+            indegree[g] = len(dep_dst) - edges_before
+        if dropped:
+            log.warning("rank %d: dropped %d dependencies on nodes missing from the trace", rank, dropped)
         base += len(trace.nodes)
     rank_ptr[num_ranks] = base
 
