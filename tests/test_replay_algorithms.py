@@ -126,4 +126,4 @@ def test_reference_converter_output_needs_drop_missing_deps():
     res = replay_compiled(w, StarAlphaBeta(100.0, 500))
     assert res.stats.collectives == 21
     b = res.ranks[0].breakdown
-    assert b.iteration_ns == b.compute_ns + b.host_ns + b.exposed_comm_total_ns + b.idle_ns + b.straggler_wait_ns
+    assert b.iteration_ns == b.compute_ns + b.host_ns + b.exposed_comm_total_ns + b.idle_ns + b.straggler_wait_ns + b.p2p_wait_ns

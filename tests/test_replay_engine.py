@@ -132,7 +132,7 @@ def test_comm_overlapped_by_compute_is_not_exposed_and_kinds_are_split():
     assert r.iteration_ns == 4 * step
     assert b.compute_ns == 2000
     assert b.exposed("dp") == 2 * step - 2000 and b.exposed("tp") == 2 * step
-    assert b.iteration_ns == b.compute_ns + b.exposed_comm_total_ns + b.idle_ns + b.host_ns + b.straggler_wait_ns
+    assert b.iteration_ns == b.compute_ns + b.exposed_comm_total_ns + b.idle_ns + b.host_ns + b.straggler_wait_ns + b.p2p_wait_ns
 
 
 def test_process_groups_match_by_order_of_issue():
@@ -198,3 +198,15 @@ def test_duration_micros_used_without_exact_attribute():
     node = make_node(1, "k", NodeType.COMP, duration_micros=7)
     assert replay({0: trace(0, [node])}, StarAlphaBeta(BW, LAT)).iteration_ns == 7000
     assert A.DURATION_NS == "duration_ns"
+
+
+@pytest.mark.parametrize("mode", ["eager", "rendezvous"])
+def test_receive_waiting_for_its_sender_is_p2p_wait_not_comm(mode):
+    size = 1_000_000
+    xfer = 2 * LAT + size // 100
+    t0 = trace(0, [comp(1, dur_ns=5000), send(2, 1, size, deps=[1])])
+    t1 = trace(1, [make_node(1, "recv", NodeType.COMM_RECV, comm_src=0, comm_size=size, comm_kind="pp"), comp(2, [1], 100)])
+    r = replay({0: t0, 1: t1}, StarAlphaBeta(BW, LAT), ReplaySettings(p2p=mode))
+    b = r.ranks[1].breakdown
+    assert b.p2p_wait_ns == 5000 and b.exposed("pp") == xfer and b.compute_ns == 100
+    assert b.iteration_ns == 5000 + xfer + 100 and b.idle_ns == 0

@@ -50,7 +50,7 @@ class RawTimes:
     ready_ns: np.ndarray  # deps done
     start_ns: np.ndarray  # resource acquired
     end_ns: np.ndarray
-    wait_ns: np.ndarray  # collective: start of the collective - this member's start (straggler wait)
+    wait_ns: np.ndarray  # collective: its start - this member's start (straggler wait); send/recv: time waiting for the peer
     stats: EngineStats
 
 
@@ -275,12 +275,12 @@ class Engine:
                     key = (src, dst, tag[i])
                     if src == dst:
                         done_at(i, now + delay)
-                        eager_landed(key, now + delay)
+                        eager_landed(key, now + delay, now + delay)
                     elif delay:
                         seq += 1
                         push(heap, (now + delay, seq, EV_P2P, (i, key, src, dst, max(csize[i], 1))))
                     else:
-                        start_flow(src, dst, max(csize[i], 1), now, (CB_EAGER, i, key))
+                        start_flow(src, dst, max(csize[i], 1), now, (CB_EAGER, i, key, now))
                 else:
                     key = (peer[i], rank_of[i], tag[i])
                     q = landed.get(key)
@@ -307,6 +307,8 @@ class Engine:
 
         def p2p_begin(si: int, ri: int, now: int) -> None:
             nonlocal seq
+            wait_t[si] = now - start_t[si]
+            wait_t[ri] = now - start_t[ri]
             src, dst = rank_of[si], rank_of[ri]
             size = max(csize[si], csize[ri], 1)
             if src == dst:
@@ -318,10 +320,13 @@ class Engine:
             else:
                 start_flow(src, dst, size, now, (CB_P2P, si, ri))
 
-        def eager_landed(key, now: int) -> None:
+        def eager_landed(key, now: int, sent_at: int) -> None:
             q = recv_wait.get(key)
             if q:
-                done_at(q.popleft(), now)
+                j = q.popleft()
+                if sent_at > start_t[j]:  # the receive waited for its peer to send
+                    wait_t[j] = sent_at - start_t[j]
+                done_at(j, now)
             else:
                 landed.setdefault(key, deque()).append(now)
 
@@ -483,7 +488,7 @@ class Engine:
                     issue(run, c, s, p, sends, now)
                 elif eager:
                     si, key, src, dst, size = payload
-                    start_flow(src, dst, size, now, (CB_EAGER, si, key))
+                    start_flow(src, dst, size, now, (CB_EAGER, si, key, now))
                 else:
                     si, ri, src, dst, size = payload
                     start_flow(src, dst, size, now, (CB_P2P, si, ri))
@@ -506,7 +511,7 @@ class Engine:
                         coll_flow_done(cb[1], cb[2], cb[3], cb[4], now)
                     elif cb[0] == CB_EAGER:
                         done_at(cb[1], now)
-                        eager_landed(cb[2], now)
+                        eager_landed(cb[2], now, cb[3])
                     else:
                         done_at(cb[1], now)
                         done_at(cb[2], now)

@@ -3,6 +3,7 @@
 Each rank's iteration (time 0 to its last node's end) is split into disjoint parts by priority:
 compute (any device compute node running) > exposed communication by kind (a comm node moving
 data, nothing computing) > straggler wait (a collective member waiting for its last peer) >
+p2p wait (a send/recv waiting for its peer: the pipeline bubble of a pipeline-parallel rank) >
 host (only CPU ops running) > idle.  Overlapping comms of different kinds go to the first kind in
 ``COMM_KINDS`` order.
 """
@@ -27,6 +28,7 @@ class Breakdown:
     compute_ns: int
     exposed_comm_ns: tuple[tuple[str, int], ...]  # (kind, ns) in COMM_KINDS order
     straggler_wait_ns: int
+    p2p_wait_ns: int  # send/recv waiting for the peer (pipeline bubble)
     host_ns: int
     idle_ns: int
 
@@ -89,13 +91,13 @@ def rank_breakdown(w: CompiledWorkload, t: RawTimes, rank: int) -> tuple[Breakdo
     start, end, wait = t.start_ns[lo:hi], t.end_ns[lo:hi], t.wait_ns[lo:hi]
     iteration = int(end.max()) if hi > lo else 0
     if hi == lo or iteration == 0:
-        return Breakdown(iteration, 0, tuple((k, 0) for k in COMM_KINDS), 0, 0, iteration), 0
+        return Breakdown(iteration, 0, tuple((k, 0) for k in COMM_KINDS), 0, 0, 0, iteration), 0
     kind = w.exec_kind[lo:hi]
     role = w.resource_role[w.resource[lo:hi]]
     is_comm = kind != K_TIMED
     is_cpu = (role == ROLE_CPU) & ~is_comm
     is_comp = ~is_cpu & ~is_comm
-    move_start = np.where(kind == K_COLL, start + wait, start)
+    move_start = np.where(is_comm, start + np.minimum(wait, end - start), start)
     bounds = np.unique(np.concatenate([[0, iteration], start, end, move_start]))
     seg = np.diff(bounds)
     comp = _coverage(bounds, start[is_comp], end[is_comp])
@@ -113,15 +115,19 @@ def rank_breakdown(w: CompiledWorkload, t: RawTimes, rank: int) -> tuple[Breakdo
     coll = kind == K_COLL
     waiting = _coverage(bounds, start[coll], move_start[coll]) & left
     left &= ~waiting
+    p2p = is_comm & ~coll
+    p2p_wait = _coverage(bounds, start[p2p], move_start[p2p]) & left
+    left &= ~p2p_wait
     host = _coverage(bounds, start[is_cpu], end[is_cpu]) & left
     left &= ~host
-    comm_busy = any_comm | _coverage(bounds, start[coll], move_start[coll])
+    comm_busy = any_comm | _coverage(bounds, start[is_comm], move_start[is_comm])
     return (
         Breakdown(
             iteration_ns=iteration,
             compute_ns=int(seg[comp].sum()),
             exposed_comm_ns=tuple(exposed),
             straggler_wait_ns=int(seg[waiting].sum()),
+            p2p_wait_ns=int(seg[p2p_wait].sum()),
             host_ns=int(seg[host].sum()),
             idle_ns=int(seg[left].sum()),
         ),
@@ -140,6 +146,7 @@ def mean_breakdown(items: Sequence[Breakdown]) -> Breakdown:
         compute_ns=avg(b.compute_ns for b in items),
         exposed_comm_ns=tuple((k, avg(b.exposed(k) for b in items)) for k in COMM_KINDS),
         straggler_wait_ns=avg(b.straggler_wait_ns for b in items),
+        p2p_wait_ns=avg(b.p2p_wait_ns for b in items),
         host_ns=avg(b.host_ns for b in items),
         idle_ns=avg(b.idle_ns for b in items),
     )

@@ -27,6 +27,7 @@ _COLORS = {
     "ep": "#DA8BC3",
     "other": "#CCB974",
     "straggler wait": "#8C8C8C",
+    "p2p wait": "#B0B0B0",
     "host": "#64B5CD",
     "idle": "#E5E5E5",
 }
@@ -36,7 +37,7 @@ def _parts(b: Breakdown) -> list[tuple[str, int]]:
     return (
         [("compute", b.compute_ns)]
         + [(k, b.exposed(k)) for k in COMM_KINDS]
-        + [("straggler wait", b.straggler_wait_ns), ("host", b.host_ns), ("idle", b.idle_ns)]
+        + [("straggler wait", b.straggler_wait_ns), ("p2p wait", b.p2p_wait_ns), ("host", b.host_ns), ("idle", b.idle_ns)]
     )
 
 

@@ -19,6 +19,7 @@ def breakdown_dict(b: Breakdown) -> dict[str, Any]:
         "exposed_comm_ns": {k: v for k, v in b.exposed_comm_ns},
         "exposed_comm_total_ns": b.exposed_comm_total_ns,
         "straggler_wait_ns": b.straggler_wait_ns,
+        "p2p_wait_ns": b.p2p_wait_ns,
         "host_ns": b.host_ns,
         "idle_ns": b.idle_ns,
     }

@@ -64,9 +64,11 @@ def write_timeline(result: ReplayResult, path: str | os.PathLike[str], *, max_ev
                 args["bytes"] = csize[i]
             if kind[i] == K_COLL:
                 args["collective"] = CollectiveType(ctype[i]).name if 0 <= ctype[i] <= 9 else ctype[i]
-                if wait[i] > 0:
-                    emit({"ph": "X", "name": "wait", "cat": "straggler_wait", "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(wait[i])})
-                    s += wait[i]
+            if kind[i] != K_TIMED and wait[i] > 0:
+                wt = min(wait[i], e - s)
+                cat = "straggler_wait" if kind[i] == K_COLL else "p2p_wait"
+                emit({"ph": "X", "name": "wait", "cat": cat, "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(wt)})
+                s += wt
             emit({"ph": "X", "name": w.names[i] or f"node {node_id[i]}", "cat": _category(kind[i], ntype[i], ckind[i]), "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(e - s), "args": args})
         out.write("\n]}\n")
     return n
