@@ -210,3 +210,13 @@ def test_receive_waiting_for_its_sender_is_p2p_wait_not_comm(mode):
     b = r.ranks[1].breakdown
     assert b.p2p_wait_ns == 5000 and b.exposed("pp") == xfer and b.compute_ns == 100
     assert b.iteration_ns == 5000 + xfer + 100 and b.idle_ns == 0
+
+
+def test_host_threads_are_separate_resources():
+    a = comp(1, dur_ns=1000, is_cpu_op=True, stream=-1)
+    b = comp(2, dur_ns=1000, is_cpu_op=True, stream=-2)
+    c = comp(3, dur_ns=1000, is_cpu_op=True, tid=7)
+    d = comp(4, dur_ns=1000, is_cpu_op=True, tid=7)
+    r = replay({0: trace(0, [a, b, c, d])}, StarAlphaBeta(BW, LAT))
+    assert r.iteration_ns == 2000  # c and d share thread 7; a and b run alongside
+    assert sorted(r.workload.resource_label) == ["cpu thread -1", "cpu thread -2", "cpu thread 7"]

@@ -175,7 +175,14 @@ def compile_workload(
             is_comm = ntype in (NodeType.COMM_SEND, NodeType.COMM_RECV, NodeType.COMM_COLL)
             stream = a.get(A.STREAM)
             if a.get(A.IS_CPU_OP, False) or (stream is not None and int(stream) < 0):
-                resource[g] = res_for("cpu", ROLE_CPU, "cpu")
+                # one resource per host thread: a negative stream names it, else the tid attribute
+                if stream is not None and int(stream) < 0:
+                    thread = ("stream", int(stream))
+                else:
+                    tid = a.get(A.THREAD)
+                    thread = ("tid", int(tid)) if tid is not None else None
+                label = "cpu" if thread is None else f"cpu thread {thread[1]}"
+                resource[g] = res_for(("cpu", thread), ROLE_CPU, label)
             elif stream is not None:
                 role = ROLE_COMM if is_comm else ROLE_COMPUTE
                 resource[g] = res_for(("stream", int(stream)), role, f"stream {int(stream)}")
