@@ -313,25 +313,37 @@ class _Rewriter:
                 for c, (a, b) in enumerate(st.chunks):
                     segs.append(Segment((p, s, c), a, b))
         self.intervals = dp_intervals(segs)
+        for iv in self.intervals:
+            self._dp_rings(list(iv.members), iv.num_layers * self.t.layer_grad_bytes, f"L{iv.start}-{iv.end}")
+        # embedding (first virtual stage) and output layer (last virtual stage) gradients
+        firsts = [(p, 0, 0) for p in range(plan.dp)]
+        lasts = [((self.num_vstages(p) - 1) % len(pipe.stages), (self.num_vstages(p) - 1) // len(pipe.stages), p)
+                 for p, pipe in enumerate(plan.pipelines)]
+        self._dp_rings(firsts, self.t.pre_grad_bytes, "embedding")
+        self._dp_rings([(p, s, c) for s, c, p in lasts], self.t.post_grad_bytes, "head")
+
+    def _dp_rings(self, members: list[tuple[int, int, int]], grad_bytes: int, label: str) -> None:
+        """One all-reduce per LCM ring over ``members`` ((pipeline, stage, chunk)), each member rank
+        joining after its last backward of that chunk."""
+        if len(members) < 2 or grad_bytes <= 0:
+            return
+        plan = self.plan
         info = {r.rank: r for r in self.lay.ranks}
-        for k, iv in enumerate(self.intervals):
-            if len(iv.members) < 2:
-                continue
-            grad = iv.num_layers * self.t.layer_grad_bytes
-            member_ranks = [self.lay.of(p, s) for (p, s, c) in iv.members]
-            for j, ring in enumerate(lcm_rings([len(r) for r in member_ranks])):
-                ranks = [member_ranks[g][t] for g, t in enumerate(ring.members)]
-                if plan.ring_order == "bandwidth":
-                    ranks = list(order_ring(ranks, lambda x, y: info[x].bw_GBps(info[y], plan)))
-                pg = self.groups.get(ranks)
-                size = ring.size_bytes(grad)
-                for (p, s, c), r in zip(iv.members, [member_ranks[g][t] for g, t in enumerate(ring.members)]):
-                    self.b[r].add(
-                        f"dp_allreduce_L{iv.start}-{iv.end}_ring{j}", NodeType.COMM_COLL, [self.last_bwd[(r, c)]],
-                        **{A.COMM_TYPE: int(CollectiveType.ALL_REDUCE), A.COMM_SIZE: size, A.PG_NAME: pg,
-                           A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c,
-                           A.STREAM: coll_stream(pg)},
-                    )
+        member_ranks = [self.lay.of(p, s) for (p, s, c) in members]
+        for j, ring in enumerate(lcm_rings([len(r) for r in member_ranks])):
+            in_ring = [member_ranks[g][t] for g, t in enumerate(ring.members)]
+            ranks = in_ring
+            if plan.ring_order == "bandwidth":
+                ranks = list(order_ring(in_ring, lambda x, y: info[x].bw_GBps(info[y], plan)))
+            pg = self.groups.get(ranks)
+            size = ring.size_bytes(grad_bytes)
+            for (p, s, c), r in zip(members, in_ring):
+                self.b[r].add(
+                    f"dp_allreduce_{label}_ring{j}", NodeType.COMM_COLL, [self.last_bwd[(r, c)]],
+                    **{A.COMM_TYPE: int(CollectiveType.ALL_REDUCE), A.COMM_SIZE: size, A.PG_NAME: pg,
+                       A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c,
+                       A.STREAM: coll_stream(pg)},
+                )
 
     def traces(self) -> dict[int, Trace]:
         groups_json = comm_groups_to_json(self.groups.as_dict())

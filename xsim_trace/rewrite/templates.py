@@ -64,6 +64,8 @@ class ModelTemplate:
     pre: LayerTemplate | None = None
     post: LayerTemplate | None = None
     source: str = ""
+    pre_grad_bytes: int = 0  # embedding gradient (DP-synchronised on first stages), unsharded
+    post_grad_bytes: int = 0  # output-layer gradient (last stages)
 
     def layer(self, index: int) -> LayerTemplate:
         """Template of model layer ``index``; a trace with fewer layers repeats them cyclically."""
@@ -148,6 +150,7 @@ def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None
     if indices != list(range(indices[0], indices[0] + len(indices))):
         raise GraphError(f"layer indices are not contiguous: {indices[:6]}...", file=src)
     layers = tuple(LayerTemplate(tuple(fwd.get(i, ())), tuple(bwd.get(i, ())), i) for i in indices)
+    emb_grad = model.embedding_params() * model.dtype_bytes if model is not None else 0
     if model is not None:
         act, grad = model.boundary_activation_bytes(), model.layer_grad_bytes()
     else:
@@ -160,7 +163,7 @@ def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None
         layers=layers, device=dev, tp=tp, activation_bytes=act, layer_grad_bytes=grad,
         pre=LayerTemplate(tuple(pre[0]), tuple(pre[1])) if pre[0] or pre[1] else None,
         post=LayerTemplate(tuple(post[0]), tuple(post[1])) if post[0] or post[1] else None,
-        source=src,
+        source=src, pre_grad_bytes=emb_grad if pre[0] or pre[1] else 0, post_grad_bytes=emb_grad if post[0] or post[1] else 0,
     )
 
 
@@ -201,6 +204,8 @@ def templates_from_model(model: ModelSpec, device: str, tp: int = 1) -> ModelTem
         pre=lt(embedding_forward(wm, fw), embedding_backward(wm, fw)),
         post=lt(head_forward(wm, fw), head_backward(wm, fw)),
         source=f"roofline:{model.name or 'model'}@{dev}/tp{tp}",
+        pre_grad_bytes=model.embedding_params() * model.dtype_bytes,
+        post_grad_bytes=model.embedding_params() * model.dtype_bytes,
     )
 
 
