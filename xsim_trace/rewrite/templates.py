@@ -25,7 +25,7 @@ from xsim_trace.rewrite.model_spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
-_LAYER_NAME = re.compile(r"(?:^|[^a-z])(?:layers?|blocks?|h)[._\-]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+_LAYER_NAME = re.compile(r"(?:^|[^a-z])(?:layers?|blocks?)[._\-]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 _BWD_NAME = re.compile(r"bwd|backward|grad", re.IGNORECASE)
 _PRE_NAME = re.compile(r"embed|wte|tok_emb", re.IGNORECASE)
 _POST_NAME = re.compile(r"lm_head|output_layer|head|loss|logits|cross_entropy|final_norm|ln_f", re.IGNORECASE)
