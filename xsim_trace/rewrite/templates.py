@@ -26,6 +26,7 @@ from xsim_trace.rewrite.model_spec import ModelSpec
 log = logging.getLogger(__name__)
 
 _LAYER_NAME = re.compile(r"(?:^|[^a-z])(?:layers?|blocks?)[._\-]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+_HF_BLOCK = re.compile(r"(?:^|\.)h\.(\d+)(?:\.|$)")  # GPT-2 style "transformer.h.3.attn"
 _BWD_NAME = re.compile(r"bwd|backward|grad", re.IGNORECASE)
 _PRE_NAME = re.compile(r"embed|wte|tok_emb", re.IGNORECASE)
 _POST_NAME = re.compile(r"lm_head|output_layer|head|loss|logits|cross_entropy|final_norm|ln_f", re.IGNORECASE)
@@ -92,7 +93,7 @@ def _layer_of(n: Node) -> int | None:
     v = n.attr(A.LAYER)
     if v is not None:
         return int(v)
-    m = _LAYER_NAME.search(n.name)
+    m = _LAYER_NAME.search(n.name) or _HF_BLOCK.search(n.name)
     return int(m.group(1)) if m else None
 
 
