@@ -47,18 +47,25 @@ class AnalyticalCongestionAwareBackend(FlowChecks):
         self._heap: list[tuple[int, int, _Rec, int]] = []
         self._seq = 0
         self._spec: tuple[list, dict[int, int], int, int | None] | None = None
+        self._hops: dict[tuple[int, int, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
         self.flows_started = 0
         self.events = 0
 
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         self._check_start(flow, now_ns)
         self._spec = None
-        links = self.topology.route(flow.src, flow.dst)
-        s = float(flow.size_bytes)
-        r = self.rounding
-        ser = tuple(to_ns(s / self._bw[l], r) for l in links)
-        comm = tuple(to_ns(self._lat[l] + s / self._bw[l], r) for l in links)
-        rec = _Rec(flow.flow_id, links, ser, comm)
+        key = (flow.src, flow.dst, flow.size_bytes)
+        hit = self._hops.get(key)
+        if hit is None:
+            links = self.topology.route(flow.src, flow.dst)
+            s = float(flow.size_bytes)
+            r = self.rounding
+            ser = tuple(to_ns(s / self._bw[l], r) for l in links)
+            comm = tuple(to_ns(self._lat[l] + s / self._bw[l], r) for l in links)
+            hit = (links, ser, comm)
+            if len(self._hops) < 1 << 20:
+                self._hops[key] = hit
+        rec = _Rec(flow.flow_id, *hit)
         self._active.add(flow.flow_id)
         self.flows_started += 1
         self._seq += 1

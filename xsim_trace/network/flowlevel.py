@@ -76,6 +76,7 @@ class FlowLevelBackend(FlowChecks):
         self._journal: dict[_F, tuple] | None = None
         self._removed: list[_F] = []
         self._spec: tuple[list, int, int, set[int], int | None] | None = None
+        self._paths: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
         self.flows_started = 0
         self.recomputes = 0
         self.rate_updates = 0
@@ -147,29 +148,40 @@ class FlowLevelBackend(FlowChecks):
         return rate
 
     def _rates_np(self, comp: list[_F]) -> list[float]:
+        """Parallel water-filling: every link whose fair share is no larger than the smallest share
+        seen by any of its flows is a true bottleneck; all of them are frozen in one pass (the
+        sequential progressive filling gives the same rates, in as many passes as rate levels)."""
         lens = np.fromiter((len(f.links) for f in comp), dtype=np.int64, count=len(comp))
         pl_glob = np.fromiter((l for f in comp for l in f.links), dtype=np.int64, count=int(lens.sum()))
-        pf = np.repeat(np.arange(len(comp)), lens)
+        k = len(comp)
+        pf = np.repeat(np.arange(k), lens)
+        starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
         links, pl = np.unique(pl_glob, return_inverse=True)
         m = len(links)
+        by_link = np.argsort(pl, kind="stable")  # pairs grouped by link, for per-link minima
+        pf_l = pf[by_link]
+        lstarts = np.searchsorted(pl[by_link], np.arange(m))
         cap = self._bw_np[links].copy()
         cnt = np.bincount(pl, minlength=m).astype(np.float64)
-        rate = np.zeros(len(comp))
-        frozen = np.zeros(len(comp), dtype=bool)
-        live = np.ones(len(pf), dtype=bool)
-        while not frozen.all():
+        rate = np.zeros(k)
+        frozen = np.zeros(k, dtype=bool)
+        while True:
             with np.errstate(divide="ignore", invalid="ignore"):
                 share = np.where(cnt > 0, cap / cnt, np.inf)
-            s = share.min()
-            bott = share <= s * (1 + 1e-12)
-            newf = np.unique(pf[live & bott[pl]])
-            rate[newf] = s
-            frozen[newf] = True
-            gone = live & frozen[pf]
-            np.subtract.at(cap, pl[gone], s)
+            fmin = np.minimum.reduceat(share[pl], starts)
+            fmin[frozen] = np.inf
+            lmin = np.minimum.reduceat(fmin[pf_l], lstarts)
+            bott = (cnt > 0) & (share <= lmin * (1 + 1e-12))
+            newf = ~frozen & (np.maximum.reduceat(bott[pl].astype(np.int8), starts) > 0)
+            if not newf.any():  # cannot happen with positive capacities; guard against a stall
+                newf = ~frozen
+            rate[newf] = fmin[newf]
+            frozen |= newf
+            gone = newf[pf]
+            cap -= np.bincount(pl[gone], weights=rate[pf[gone]], minlength=m)
             cnt -= np.bincount(pl[gone], minlength=m)
-            live &= ~gone
-        return rate.tolist()
+            if frozen.all():
+                return rate.tolist()
 
     def _flush(self) -> None:
         """Give new rates, at time ``self._t``, to the flows of the dirty components."""
@@ -273,8 +285,12 @@ class FlowLevelBackend(FlowChecks):
         if now_ns > self._t:
             self._flush()
             self._t = now_ns
-        links = self.topology.route(flow.src, flow.dst)
-        lat = _ceil_ns(sum(self._lat[l] for l in links))
+        key = (flow.src, flow.dst)
+        hit = self._paths.get(key)
+        if hit is None:
+            links = self.topology.route(flow.src, flow.dst)
+            hit = self._paths[key] = (links, _ceil_ns(sum(self._lat[l] for l in links)))
+        links, lat = hit
         self._fseq += 1
         f = _F(flow.flow_id, self._fseq, links, lat, float(flow.size_bytes), now_ns)
         self._active.add(flow.flow_id)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Wall-clock cost per simulated flow of each network backend.
+
+Workloads (on a preset cluster, default dgx-h100:128 = 1,024 ranks on a leaf/spine fabric):
+  ring      ring all-reduce steps: rank r sends S/N-sized chunks to r+1; its step k+1 starts when it
+            received step k from r-1 (as a ring all-reduce pipeline does), --steps steps
+  perm      --rounds rounds of a random permutation (every rank sends to one random rank), a round
+            starts when the previous one has finished
+  incast    --incast senders to rank 0 at once
+
+Usage: .venv/bin/python tools/bench_backends.py [--cluster dgx-h100:128] [--backends analytical,flow]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from xsim_trace.network import available_backends, build_topology, make_backend  # noqa: E402
+from xsim_trace.network.protocol import Flow  # noqa: E402
+
+
+def run_dag(backend, initial, on_done):
+    """initial: [(t, Flow)]; on_done(flow_id, t) -> [(t, Flow)] follow-ups.  Returns (flows, end_ns)."""
+    pending = list(initial)
+    heapq.heapify(pending)
+    n = 0
+    end = 0
+    while True:
+        nxt = backend.next_completion_ns()
+        if pending and (nxt is None or pending[0][0] <= nxt):
+            now = pending[0][0]
+        elif nxt is not None:
+            now = nxt
+        else:
+            break
+        for fid in backend.advance(now):
+            end = now
+            for item in on_done(fid, now):
+                heapq.heappush(pending, item)
+        while pending and pending[0][0] == now:
+            _, _, f = heapq.heappop(pending)
+            backend.start_flow(f, now)
+            n += 1
+    return n, end
+
+
+def ring(n_ranks, steps, chunk):
+    def fid(step, r):
+        return step * n_ranks + r
+
+    initial = [(0, fid(0, r), Flow(fid(0, r), r, (r + 1) % n_ranks, chunk)) for r in range(n_ranks)]
+
+    def on_done(flow_id, t):
+        step, r = divmod(flow_id, n_ranks)
+        if step + 1 >= steps:
+            return []
+        nxt = (r + 1) % n_ranks  # the receiver forwards in the next step
+        f = fid(step + 1, nxt)
+        return [(t, f, Flow(f, nxt, (nxt + 1) % n_ranks, chunk))]
+
+    return initial, on_done
+
+
+def perm(n_ranks, rounds, size, seed=1):
+    rng = random.Random(seed)
+    perms = []
+    for _ in range(rounds):
+        p = list(range(n_ranks))
+        rng.shuffle(p)
+        perms.append(p)
+    left = {0: n_ranks}
+
+    def round_flows(k, t):
+        return [(t, k * n_ranks + r, Flow(k * n_ranks + r, r, perms[k][r], size)) for r in range(n_ranks)]
+
+    def on_done(flow_id, t):
+        k = flow_id // n_ranks
+        left[k] -= 1
+        if left[k] == 0 and k + 1 < rounds:
+            left[k + 1] = n_ranks
+            return round_flows(k + 1, t)
+        return []
+
+    return round_flows(0, 0), on_done
+
+
+def incast(n_senders, size):
+    return [(0, i, Flow(i, i + 1, 0, size)) for i in range(n_senders)], lambda fid, t: []
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", default="dgx-h100:128")
+    ap.add_argument("--backends", default="analytical,analytical-ca,flow")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--incast", type=int, default=255)
+    ap.add_argument("--bytes", type=int, default=64 << 20, help="all-reduce size (ring chunk = bytes / ranks)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    topo = build_topology(args.cluster)
+    build_s = time.perf_counter() - t0
+    n = topo.num_ranks
+    print(f"{topo}  (built in {build_s * 1e3:.1f} ms)")
+    work = {
+        f"ring {n}x{args.steps} steps": lambda: ring(n, args.steps, max(1, args.bytes // n)),
+        f"perm {n}x{args.rounds} rounds": lambda: perm(n, args.rounds, max(1, args.bytes // n)),
+        f"incast {min(args.incast, n - 1)}->1": lambda: incast(min(args.incast, n - 1), max(1, args.bytes // n)),
+    }
+    names = [b for b in args.backends.split(",") if b]
+    print(f"{'workload':<24} {'backend':<14} {'flows':>7} {'sim end (us)':>13} {'wall (s)':>9} {'us/flow':>9}")
+    for wname, make in work.items():
+        for b in names:
+            if b not in available_backends():
+                print(f"{wname:<24} {b:<14} (not available)")
+                continue
+            backend = make_backend(b, topo)
+            initial, on_done = make()
+            t0 = time.perf_counter()
+            flows, end = run_dag(backend, initial, on_done)
+            wall = time.perf_counter() - t0
+            close = getattr(backend, "close", None)
+            if close:
+                close()
+            print(f"{wname:<24} {b:<14} {flows:>7} {end / 1e3:>13.1f} {wall:>9.3f} {wall / max(flows, 1) * 1e6:>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
