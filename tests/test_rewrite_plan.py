@@ -101,3 +101,22 @@ def test_interleaved_needs_one_range_per_chunk():
     d["pipelines"][0]["stages"][1]["layers"] = [[1, 3], [3, 4]]
     with pytest.raises(ConfigError, match=r"stages\[0\].layers\[1\]: layers \[2, 3\) overlap"):
         plan_from_mapping(d)
+
+
+def test_auto_partition_respects_device_memory():
+    from xsim_trace.rewrite.partitioning import resolve_partition
+    from xsim_trace.rewrite.plan import max_layers_in_memory
+    from xsim_trace.rewrite.templates import templates_from_model
+
+    # Llama-2-7B at TP 1: the H100 stage would take ~3/4 of the layers by speed but holds only as many
+    # as its 80 GB fit (16 B/param of state + in-flight activations); the rest move to the A100
+    d = plan_dict(model={"preset": "llama2-7b", "seq_len": 2048}, micro_batches=8, partition="auto",
+                  pipelines=[{"stages": [{"group": "h100", "tp": 1}, {"group": "a100", "tp": 1}]}])
+    plan = plan_from_mapping(d)
+    cap = max_layers_in_memory(plan, plan.pipelines[0], 0)
+    resolved, (report,) = resolve_partition(plan, templates_from_model(plan.model, "A100-SXM4-80GB", 1))
+    assert report.ideal[0] > cap + 4
+    assert report.counts == (cap, 32 - cap)
+    assert [(m.from_stage, m.to_stage) for m in report.moves] == [(0, 1)]
+    assert report.moves[0].layers == round(report.ideal[0]) - cap
+    assert resolved.pipelines[0].stages[0].chunks == ((0, cap),)
