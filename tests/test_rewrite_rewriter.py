@@ -268,3 +268,29 @@ def test_embedding_and_head_gradients_sync_over_lcm_rings_of_first_and_last_stag
     assert dp == {"dp_allreduce_embedding": {((0, 6), emb // 2), ((1, 7), emb // 2)},
                   "dp_allreduce_head": {((2, 8), emb // 4), ((3, 9), emb // 4), ((4, 10), emb // 4), ((5, 11), emb // 4)}}
     assert check_rank_set(res.traces, res.comm_groups) == []
+
+
+@pytest.mark.parametrize("strategy", ["direct", "leader", "broadcast"])
+def test_interleaved_heterogeneous_dp_with_reshard_replays_on_the_engine(strategy):
+    from xsim_trace.cluster import single_switch
+    from xsim_trace.rewrite.engine_replay import engine_times
+
+    d = plan_dict(model=dict(TINY_MODEL, num_layers=8), schedule="interleaved-1f1b", chunks=2, reshard=strategy,
+                  micro_batches=4,
+                  pipelines=[{"stages": [{"group": "h100", "tp": 2, "layers": [[0, 2], [4, 6]]},
+                                         {"group": "a100", "tp": 4, "layers": [[2, 4], [6, 8]]}]},
+                             {"stages": [{"group": "h100", "tp": 4, "layers": [[0, 4], [4, 8]]}]}])
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=4_000, tp_coll_bytes=1024, grad_bytes=800))
+    assert check_rank_set(res.traces, res.comm_groups) == []
+    assert [(i.start, i.end, i.members) for i in res.dp_intervals] == [
+        (0, 2, ((0, 0, 0), (1, 0, 0))), (2, 4, ((0, 1, 0), (1, 0, 0))),
+        (4, 6, ((0, 0, 1), (1, 0, 1))), (6, 8, ((0, 1, 1), (1, 0, 1)))]
+    # reshard at every chunk boundary of pipeline 0: v0->v1, v1->v2 (stage 1 back to stage 0), v2->v3
+    kinds = {(n.attr(A.PP_BOUNDARY), n.attr(A.COMM_KIND)) for _, n in _comm_nodes(res.traces) if n.attr(A.PP_BOUNDARY)}
+    assert {b for b, k in kinds if k == "reshard"} == {"p0:v0->v1", "p0:v1->v2", "p0:v2->v3",
+                                                      "p0:v1->v0", "p0:v2->v1", "p0:v3->v2"}
+    eng = engine_times(res, single_switch(16, 50.0, 1000.0), "analytical")
+    quick = quick_replay(res.traces, lambda a, b: 50.0, latency_ns=1000).times
+    assert set(eng) == set(quick)
+    e_end, q_end = max(t.end_ns for t in eng.values()), max(t.end_ns for t in quick.values())
+    assert abs(e_end - q_end) / q_end < 0.05  # same graph, two replay models (collective algorithms differ)

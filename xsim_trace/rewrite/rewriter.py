@@ -140,6 +140,8 @@ class _Rewriter:
         ex = _Exchange()
         self.pending[key] = ex
         srcs, dsts = self.ranks_of(pipe, v_from), self.ranks_of(pipe, v_to)
+        if srcs == dsts:
+            return ex  # consecutive chunks on one stage (a 1-stage pipeline): the data stays local
         ts, td = len(srcs), len(dsts)
         size = self.t.activation_bytes
         boundary = f"p{pipe}:v{v_from}->v{v_to}"
