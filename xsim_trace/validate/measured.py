@@ -15,7 +15,7 @@ import bisect
 import logging
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
@@ -245,12 +245,15 @@ def choose_step(steps: Sequence[Step], number: int | str | None, source: str = "
     raise ConfigError(f"no ProfilerStep#{wanted} in the capture (it has {have})", file=source, field="step")
 
 
-def measure_capture(capture: CaptureFile, step: int | str | None = None) -> RankMeasurement:
-    """Measure one rank's capture for ``ProfilerStep#step`` (default: :func:`default_step`)."""
+def measure_capture(capture: CaptureFile, step: int | str | None = None, position: int | None = None) -> RankMeasurement:
+    """Measure one rank's capture for ``ProfilerStep#step`` (default: :func:`default_step`).  The rank is
+    ``distributedInfo.rank``, else the number in the file name, else ``position`` (as xsim-convert does)."""
     header = read_header(capture)
     if header.rank is None:
-        raise FormatError("cannot tell the rank (no distributedInfo.rank, no rank in the file name)",
-                          file=capture.name)
+        if position is None:
+            raise FormatError("cannot tell the rank (no distributedInfo.rank, no rank in the file name)",
+                              file=capture.name)
+        header = replace(header, rank=position)
     steps: list[Step] = []
     gpu: list[Event] = []
     runtime: list[Event] = []
@@ -348,8 +351,8 @@ def _measure_step(header, source, all_steps, step, gpu, runtime, cpu_ops) -> Ran
 def measure(spec: str, step: int | str | None = None) -> dict[int, RankMeasurement]:
     """Measure every rank capture named by ``spec`` (file, folder, glob, tarball), keyed by rank."""
     out: dict[int, RankMeasurement] = {}
-    for capture in resolve_captures(spec):
-        m = measure_capture(capture, step)
+    for position, capture in enumerate(resolve_captures(spec)):
+        m = measure_capture(capture, step, position)
         if m.rank in out:
             raise FormatError(f"rank {m.rank} appears twice (also in {out[m.rank].source})", file=capture.name)
         out[m.rank] = m
