@@ -220,3 +220,32 @@ def test_host_threads_are_separate_resources():
     r = replay({0: trace(0, [a, b, c, d])}, StarAlphaBeta(BW, LAT))
     assert r.iteration_ns == 2000  # c and d share thread 7; a and b run alongside
     assert sorted(r.workload.resource_label) == ["cpu thread -1", "cpu thread -2", "cpu thread 7"]
+
+
+def test_negative_duration_is_a_graph_error():
+    with pytest.raises(GraphError, match="rank 0, node 1, field duration_ns: negative duration"):
+        compile_workload({0: trace(0, [comp(1, dur_ns=-5)])})
+
+
+def test_critical_path_follows_deps_resources_and_stragglers():
+    from xsim_trace.replay.critical import critical_path
+
+    size = 400_000
+    t0 = trace(0, [comp(1, dur_ns=5000), comp(2, dur_ns=100), coll(3, size, [1, 2]), comp(4, [3], 10)])
+    t1 = trace(1, [comp(1, dur_ns=1000), coll(2, size, [1]), comp(3, [2], 50)])
+    r = replay({0: t0, 1: t1}, StarAlphaBeta(BW, LAT))
+    path = critical_path(r.workload, r.times)
+    # rank 1 ends last; its collective waited for rank 0 (the straggler), whose member was made
+    # ready by comp 2, which had waited for the compute stream held by comp 1; the collective is
+    # on the path once, from the straggler's arrival
+    assert [(p.rank, p.node_id, p.via) for p in path] == [(0, 1, "resource"), (0, 2, "dep"), (1, 2, "dep"), (1, 3, "end")]
+    assert path[2].start_ns == 5100
+    assert path[-1].end_ns == r.iteration_ns and path[0].start_ns == 0
+    from xsim_trace.report import summary_dict
+
+    cp = summary_dict(r)["critical_path"]
+    step = 2 * LAT + size // 2 // 100
+    assert cp["nodes"] == 4 and cp["ranks"] == [0, 1] and cp["compute_ns"] == 5000 + 100 + 50
+    assert cp["comm_ns"] == 2 * step and cp["wait_ns"] == 0
+    assert cp["compute_ns"] + cp["comm_ns"] + cp["wait_ns"] == r.iteration_ns
+    assert cp["longest"][0] == {"rank": 1, "node": 2, "name": "coll2", "start_ns": 5100, "duration_ns": 2 * step, "wait_ns": 0}

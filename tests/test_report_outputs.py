@@ -31,7 +31,7 @@ def test_summary_numbers_and_stable_key_order(tmp_path):
     r = two_rank_result()
     d = summary_dict(r, trace="x", cluster="y")
     assert list(d) == ["schema", "trace", "cluster", "backend", "settings", "num_ranks", "num_nodes", "iteration_ns",
-                       "iteration_ms", "groups", "ranks", "engine"]
+                       "iteration_ms", "groups", "ranks", "critical_path", "engine"]
     chunk_step = 2 * 500 + SIZE // 2 // 2 // 100  # 2 chunks of S/2, messages of S/4
     coll_ns = 2 * 2 * chunk_step
     assert d["iteration_ns"] == 5000 + coll_ns + 1000

@@ -169,6 +169,8 @@ def compile_workload(
             names.append(node.name)
             exact = a.get(A.DURATION_NS)
             duration[g] = int(exact) if exact is not None else int(node.duration_micros) * NS_PER_US
+            if duration[g] < 0:
+                raise GraphError(f"negative duration {duration[g]} ns", file=trace.source, rank=rank, node=node.id, field=A.DURATION_NS)
             kind_text = a.get(A.COMM_KIND)
             if kind_text is not None:
                 comm_kind[g] = _KIND_INDEX.get(str(kind_text).lower(), OTHER_KIND)

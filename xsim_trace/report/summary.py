@@ -25,6 +25,40 @@ def breakdown_dict(b: Breakdown) -> dict[str, Any]:
     }
 
 
+#: the critical path's longest nodes listed in the summary
+CRITICAL_TOP = 10
+
+
+def critical_path_dict(result: ReplayResult) -> dict[str, Any]:
+    from xsim_trace.replay.critical import critical_path
+
+    path = critical_path(result.workload, result.times)
+    kinds, waits, starts = result.workload.exec_kind, result.times.wait_ns, result.times.start_ns
+    total = {"compute_ns": 0, "comm_ns": 0, "wait_ns": 0}
+
+    def wait_on_path(p) -> int:
+        return max(0, min(int(starts[p.index] + waits[p.index]), p.end_ns) - p.start_ns)
+
+    for p in path:
+        dur, wt = p.end_ns - p.start_ns, wait_on_path(p)
+        if int(kinds[p.index]) == 0:
+            total["compute_ns"] += dur
+        else:
+            total["comm_ns"] += dur - wt
+            total["wait_ns"] += wt
+    top = sorted(path, key=lambda p: (-(p.end_ns - p.start_ns), p.start_ns, p.index))[:CRITICAL_TOP]
+    return {
+        "nodes": len(path),
+        "ranks": sorted({p.rank for p in path}),
+        **total,
+        "longest": [
+            {"rank": p.rank, "node": p.node_id, "name": p.name, "start_ns": p.start_ns,
+             "duration_ns": p.end_ns - p.start_ns, "wait_ns": wait_on_path(p)}
+            for p in top
+        ],
+    }
+
+
 def summary_dict(result: ReplayResult, *, trace: str | None = None, cluster: str | None = None) -> dict[str, Any]:
     """Keys appear in this order on every run."""
     w = result.workload
@@ -46,6 +80,7 @@ def summary_dict(result: ReplayResult, *, trace: str | None = None, cluster: str
             {"rank": r.rank, "group": r.group, **breakdown_dict(r.breakdown), "comm_busy_ns": r.comm_busy_ns}
             for r in result.ranks
         ],
+        "critical_path": critical_path_dict(result),
         "engine": {
             "events": result.stats.events,
             "flows": result.stats.flows,

@@ -1,0 +1,81 @@
+"""The critical path of a replay: the chain of nodes that sets the iteration time.
+
+Walking back from the node that ends last: a node that waited for its resource continues at the
+node that held the resource until it started; a collective member continues at the member that
+arrived last (the straggler); otherwise the dependency that finished last (the one that made it
+ready) continues the path.  A collective appears once, as the member the path arrived at, from the
+moment its last member arrived; the path then continues from that last member's causes.  Everything is read from the replay's times, nothing is re-simulated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xsim_trace.replay.compile import K_COLL, CompiledWorkload
+from xsim_trace.replay.engine import RawTimes
+
+
+@dataclass(frozen=True, slots=True)
+class PathNode:
+    index: int  # global node index
+    rank: int
+    node_id: int
+    name: str
+    start_ns: int
+    end_ns: int
+    via: str  # how the path reached it from its successor: "dep", "resource" or "end" (the last node)
+
+
+def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
+    """Nodes of the critical path in time order."""
+    if w.num_nodes == 0:
+        return []
+    start, end, ready, wait = t.start_ns, t.end_ns, t.ready_ns, t.wait_ns
+    # predecessor CSR from the successor CSR
+    counts = np.diff(w.succ_ptr)
+    src = np.repeat(np.arange(w.num_nodes, dtype=np.int64), counts)
+    order = np.argsort(w.succ_idx, kind="stable")
+    pred_idx = src[order]
+    pred_ptr = np.zeros(w.num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(w.succ_idx, minlength=w.num_nodes), out=pred_ptr[1:])
+    # who held each resource until a given time
+    holder: dict[tuple[int, int], int] = {}
+    for i in np.lexsort((np.arange(w.num_nodes), end)).tolist():
+        holder.setdefault((int(w.resource[i]), int(end[i])), i)
+
+    path: list[PathNode] = []
+    i = int(np.lexsort((np.arange(w.num_nodes), -end))[0])
+    via = "end"
+    seen: set[int] = set()
+    while i not in seen:
+        seen.add(i)
+        if via != "straggler":
+            path.append(PathNode(i, int(w.node_rank[i]), int(w.node_id[i]), w.names[i], int(start[i]), int(end[i]), via))
+        s = int(start[i])
+        if int(w.exec_kind[i]) == K_COLL and int(wait[i]) > 0:
+            inst = w.instances[int(w.coll_instance[i])]
+            began = s + int(wait[i])
+            nxt = next((g for g in inst.nodes if int(start[g]) == began), None)
+            if nxt is not None and nxt != i:
+                # the path runs through the collective once: this member from the moment the
+                # last member (the straggler) arrived, then on from the straggler's causes
+                last = path[-1]
+                path[-1] = PathNode(last.index, last.rank, last.node_id, last.name, began, last.end_ns, last.via)
+                i, via = nxt, "straggler"
+                continue
+        if s > int(ready[i]):
+            nxt = holder.get((int(w.resource[i]), s))
+            if nxt is not None and nxt != i:
+                i, via = nxt, "resource"
+                continue
+        preds = pred_idx[pred_ptr[i]:pred_ptr[i + 1]]
+        if len(preds) == 0 or s == 0:
+            break
+        last = preds[end[preds] == ready[i]]
+        if len(last) == 0:
+            break
+        i, via = int(last.min()), "dep"
+    path.reverse()
+    return path
