@@ -72,9 +72,31 @@ def print_outputs(result, paths, stream=None) -> None:
 
     stream = stream or sys.stdout
     print(render_table(result), file=stream)
+    cp = _critical_line(paths.get("summary"))
+    if cp:
+        print(cp, file=stream)
     print("", file=stream)
     for label, path in paths.items():
         print(f"{label:>9}: {path}", file=stream)
+
+
+def _critical_line(summary_path) -> str | None:
+    """One line on the critical path, read back from the summary just written."""
+    import json
+
+    from xsim_trace.report import fmt_ns
+
+    if summary_path is None:
+        return None
+    cp = json.loads(Path(summary_path).read_text(encoding="utf-8")).get("critical_path") or {}
+    if not cp.get("nodes"):
+        return None
+    ranks = cp["ranks"]
+    where = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({', '.join(map(str, ranks[:4]))}{' ...' if len(ranks) > 4 else ''})"
+    top = cp["longest"][0]
+    return (f"critical path: {cp['nodes']} nodes on {where}: compute {fmt_ns(cp['compute_ns'])}, "
+            f"communication {fmt_ns(cp['comm_ns'])}, waiting {fmt_ns(cp['wait_ns'])}; longest: "
+            f"{top['name'] or 'node ' + str(top['node'])} on rank {top['rank']} ({fmt_ns(top['duration_ns'])})")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
