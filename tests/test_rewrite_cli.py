@@ -52,7 +52,7 @@ def test_plan_check_partition_and_compare(tmp_path, capsys):
     assert main(["plan", "partition", str(plan)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and lines[0].startswith("pipeline 0 stage 0 (h100, TP 2): layers [0, ")
-    assert main(["plan", "compare", str(plan), "--reshard", "all", "--partition", "uniform,auto", "--json"]) == 0
+    assert main(["plan", "compare", str(plan), "--reshard", "all", "--partition", "uniform,auto", "--json", "--quick"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["reshard"], r["partition"]) for r in rows] == [
         (s, p) for p in ("uniform", "auto") for s in ("direct", "leader", "broadcast")]
@@ -62,6 +62,9 @@ def test_plan_check_partition_and_compare(tmp_path, capsys):
                  "--backend", "analytical_ca"]) == 0
     table = capsys.readouterr().out
     assert "reshard ms" in table and "direct" in table
+    assert main(["plan", "compare", str(plan), "--reshard", "leader", "--json"]) == 0  # engine on the plan's cluster
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["reshard"] == "leader" and row["iteration_ns"] > 0 and row["reshard_ns"] > 0
 
 
 def test_bad_plan_is_one_line_exit_2(tmp_path, capsys):

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
                    reshards=["direct", "leader", "broadcast"], partitions=["uniform", "auto"],
-                   replay=replay_for(None if args.quick else args.cluster, args.backend))
+                   replay=replay_for(args.cluster, args.backend, quick=args.quick))
     print(markdown(rows) if args.markdown else format_table(rows))
     how = "quick replay" if args.quick else f"engine on {args.cluster} ({args.backend})"
     print(f"\n{len(rows)} variants rewritten and replayed ({how}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -39,10 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--tp", type=int, help="TP degree the source ran at")
     k.add_argument("--reshard", default=None, help="comma list of direct,leader,broadcast or 'all' (default: the plan's)")
     k.add_argument("--partition", default=None, help="comma list of given,uniform,auto or 'all' (default: the plan's)")
-    k.add_argument("--cluster", help="cluster file or preset: replay with the event-driven engine on it (default: the "
-                                     "quick alpha-beta replay with the plan's device-group bandwidths)")
+    k.add_argument("--cluster", help="cluster file or preset for the engine replay (default: a cluster built from "
+                                     "each plan's device groups)")
     k.add_argument("--backend", default="analytical", choices=("analytical", "analytical_ca"),
-                   help="network backend for --cluster (default analytical)")
+                   help="network backend of the engine replay (default analytical; analytical_ca shares links)")
+    k.add_argument("--quick", action="store_true", help="the rewriter's quick alpha-beta replay instead of the engine")
     k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     k.set_defaults(func=cmd_compare)
 
@@ -61,14 +62,18 @@ def _choices(text: str | None, allowed: tuple[str, ...], what: str) -> list[str 
     return out
 
 
-def replay_for(cluster: str | None, backend: str):
-    """The replay used by compare: the engine on ``cluster`` when given, else the quick replay."""
-    if cluster is None:
+def replay_for(cluster: str | None, backend: str, *, quick: bool = False):
+    """The replay used by compare: the quick replay, or the engine on ``cluster`` (None: a cluster
+    built from each plan's device groups) over ``backend``."""
+    if quick:
         return replay_quick
-    from xsim_trace.cluster import load_cluster
     from xsim_trace.rewrite.engine_replay import engine_times
 
-    loaded = load_cluster(cluster)
+    loaded = None
+    if cluster is not None:
+        from xsim_trace.cluster import load_cluster
+
+        loaded = load_cluster(cluster)
     return lambda res: engine_times(res, loaded, backend)
 
 
@@ -100,7 +105,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with progress_bar(total, "plans", quiet=args.quiet or total < 2) as bar:
         rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
                        reshards=reshards, partitions=partitions, progress=lambda: bar.update(1),
-                       replay=replay_for(args.cluster, args.backend))
+                       replay=replay_for(args.cluster, args.backend, quick=args.quick))
     if args.json:
         json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
         print()

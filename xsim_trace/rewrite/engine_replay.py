@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError
+from xsim_trace.rewrite.plan import Plan
 from xsim_trace.rewrite.quickreplay import NodeTime
 from xsim_trace.rewrite.rewriter import RewriteResult
 
@@ -58,6 +59,31 @@ def place_on_cluster(result: RewriteResult, cluster: Any) -> Any:
     return dataclasses.replace(cluster, rank_map=tuple(positions))
 
 
+def plan_cluster(plan: Plan, *, intra_latency_ns: float = 250.0, nic_latency_ns: float = 1000.0,
+                 switch_latency_ns: float = 500.0, group_link_latency_ns: float = 2000.0) -> Any:
+    """A cluster built from the plan's device groups: NVSwitch nodes at the group's intra-node
+    bandwidth, one NIC per device at ``nic_gbps`` on a single switch per group, and a link between
+    every two groups as fast as the slower group's NICs together."""
+    from xsim_trace.cluster.load import cluster_from_dict
+
+    groups = []
+    for g in plan.groups:
+        dpn = min(g.devices_per_node, g.count)
+        if g.count % dpn:
+            raise ConfigError(f"{g.count} devices do not fill whole nodes of {dpn}", file=plan.source or None,
+                              field=f"device_groups[{plan.groups.index(g)}].count")
+        groups.append({"name": g.name, "gpu": g.device, "nodes": g.count // dpn, "devices_per_node": dpn,
+                       "intra_node": {"kind": "nvswitch", "bw_GBps": g.intra_GBps, "latency_ns": intra_latency_ns},
+                       "nic": {"count": dpn, "nic_gbps": g.nic_gbps, "latency_ns": nic_latency_ns}})
+    links = []
+    for i, a in enumerate(plan.groups):
+        for b in plan.groups[i + 1:]:
+            bw = min(a.nic_gbps * min(a.devices_per_node, a.count), b.nic_gbps * min(b.devices_per_node, b.count))
+            links.append({"groups": [a.name, b.name], "bw_gbps": bw, "latency_ns": group_link_latency_ns})
+    return cluster_from_dict({"name": plan.name or "plan", "fabric": {"kind": "single-switch", "latency_ns": switch_latency_ns},
+                              "groups": groups, "links": links}, file=plan.source or None)
+
+
 def make_backend(name: str, cluster: Any) -> Any:
     from xsim_trace.network.topology import build_topology
 
@@ -73,10 +99,14 @@ def make_backend(name: str, cluster: Any) -> Any:
     raise ConfigError(f"unknown backend {name!r} (choose {', '.join(BACKENDS)})", field="--backend")
 
 
-def engine_times(result: RewriteResult, cluster: Any, backend: str = "analytical") -> Mapping[tuple[int, int], NodeTime]:
+def engine_times(result: RewriteResult, cluster: Any = None, backend: str = "analytical") -> Mapping[tuple[int, int], NodeTime]:
+    """Per-node times of the engine replay on ``cluster`` (a Cluster, a file / preset name, or
+    None for :func:`plan_cluster` of the result's plan)."""
     from xsim_trace.cluster import load_cluster
     from xsim_trace.replay.api import replay
 
+    if cluster is None:
+        cluster = plan_cluster(result.plan)
     placed = place_on_cluster(result, load_cluster(cluster) if isinstance(cluster, str) else cluster)
     rr = replay(result.traces, make_backend(backend, placed), comm_groups=result.comm_groups, cluster=placed)
     w, t = rr.workload, rr.times
