@@ -249,3 +249,17 @@ def test_critical_path_follows_deps_resources_and_stragglers():
     assert cp["comm_ns"] == 2 * step and cp["wait_ns"] == 0
     assert cp["compute_ns"] + cp["comm_ns"] + cp["wait_ns"] == r.iteration_ns
     assert cp["longest"][0] == {"rank": 1, "node": 2, "name": "coll2", "start_ns": 5100, "duration_ns": 2 * step, "wait_ns": 0}
+
+
+@pytest.mark.parametrize("mode", ["eager", "rendezvous"])
+def test_critical_path_crosses_from_a_waiting_recv_to_its_sender(mode):
+    from xsim_trace.replay.critical import critical_path
+
+    size = 1_000_000
+    t0 = trace(0, [comp(1, dur_ns=5000), send(2, 1, size, deps=[1])])
+    t1 = trace(1, [comp(1, dur_ns=100), recv(2, 0, size, deps=[1]), comp(3, [2], 10)])
+    r = replay({0: t0, 1: t1}, StarAlphaBeta(BW, LAT), ReplaySettings(p2p=mode))
+    path = critical_path(r.workload, r.times)
+    assert [(p.rank, p.node_id) for p in path] == [(0, 1), (1, 2), (1, 3)]
+    assert sum(p.end_ns - p.start_ns for p in path) == r.iteration_ns == 5000 + 2 * LAT + size // 100 + 10
+    assert int(r.times.peer_node[r.workload.rank_ptr[1] + 1]) == 1  # rank 1's recv matched rank 0's send

@@ -4,7 +4,9 @@ Walking back from the node that ends last: a node that waited for its resource c
 node that held the resource until it started; a collective member continues at the member that
 arrived last (the straggler); otherwise the dependency that finished last (the one that made it
 ready) continues the path.  A collective appears once, as the member the path arrived at, from the
-moment its last member arrived; the path then continues from that last member's causes.  Everything is read from the replay's times, nothing is re-simulated.
+moment its last member arrived; the path then continues from that last member's causes.  A receive
+that waited for its sender likewise appears from the moment the data moved, and the path continues
+from the sender's causes (the endpoint delay before the send is then not on the path).  Everything is read from the replay's times, nothing is re-simulated.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xsim_trace.replay.compile import K_COLL, CompiledWorkload
+from xsim_trace.replay.compile import K_COLL, K_RECV, CompiledWorkload
 from xsim_trace.replay.engine import RawTimes
 
 
@@ -51,7 +53,7 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
     seen: set[int] = set()
     while i not in seen:
         seen.add(i)
-        if via != "straggler":
+        if via not in ("straggler", "peer"):
             path.append(PathNode(i, int(w.node_rank[i]), int(w.node_id[i]), w.names[i], int(start[i]), int(end[i]), via))
         s = int(start[i])
         if int(w.exec_kind[i]) == K_COLL and int(wait[i]) > 0:
@@ -65,6 +67,14 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
                 path[-1] = PathNode(last.index, last.rank, last.node_id, last.name, began, last.end_ns, last.via)
                 i, via = nxt, "straggler"
                 continue
+        kind = int(w.exec_kind[i])
+        if kind == K_RECV and int(wait[i]) > 0 and int(t.peer_node[i]) >= 0:
+            # the receive waited for its sender: on from the moment the data moved, then the sender's causes
+            began = s + int(wait[i])
+            last = path[-1]
+            path[-1] = PathNode(last.index, last.rank, last.node_id, last.name, began, last.end_ns, last.via)
+            i, via = int(t.peer_node[i]), "peer"
+            continue
         if s > int(ready[i]):
             nxt = holder.get((int(w.resource[i]), s))
             if nxt is not None and nxt != i:

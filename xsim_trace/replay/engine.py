@@ -51,6 +51,7 @@ class RawTimes:
     start_ns: np.ndarray  # resource acquired
     end_ns: np.ndarray
     wait_ns: np.ndarray  # collective: its start - this member's start (straggler wait); send/recv: time waiting for the peer
+    peer_node: np.ndarray  # send/recv: global index of the node it was matched with, else -1
     stats: EngineStats
 
 
@@ -205,6 +206,7 @@ class Engine:
         start_t = [-1] * n
         end_t = [-1] * n
         wait_t = [0] * n
+        peer_of = [-1] * n
         busy = [False] * w.num_resources
         queues = [deque() for _ in range(w.num_resources)]
 
@@ -275,7 +277,7 @@ class Engine:
                     key = (src, dst, tag[i])
                     if src == dst:
                         done_at(i, now + delay)
-                        eager_landed(key, now + delay, now + delay)
+                        eager_landed(key, now + delay, now + delay, i)
                     elif delay:
                         seq += 1
                         push(heap, (now + delay, seq, EV_P2P, (i, key, src, dst, max(csize[i], 1))))
@@ -285,7 +287,8 @@ class Engine:
                     key = (peer[i], rank_of[i], tag[i])
                     q = landed.get(key)
                     if q:
-                        q.popleft()
+                        si = q.popleft()
+                        peer_of[i], peer_of[si] = si, i
                         done_at(i, now)
                     else:
                         recv_wait.setdefault(key, deque()).append(i)
@@ -308,6 +311,7 @@ class Engine:
         def p2p_begin(si: int, ri: int, now: int) -> None:
             nonlocal seq
             wait_t[si] = now - start_t[si]
+            peer_of[si], peer_of[ri] = ri, si
             wait_t[ri] = now - start_t[ri]
             src, dst = rank_of[si], rank_of[ri]
             size = max(csize[si], csize[ri], 1)
@@ -320,15 +324,16 @@ class Engine:
             else:
                 start_flow(src, dst, size, now, (CB_P2P, si, ri))
 
-        def eager_landed(key, now: int, sent_at: int) -> None:
+        def eager_landed(key, now: int, sent_at: int, si: int) -> None:
             q = recv_wait.get(key)
             if q:
                 j = q.popleft()
+                peer_of[j], peer_of[si] = si, j
                 if sent_at > start_t[j]:  # the receive waited for its peer to send
                     wait_t[j] = sent_at - start_t[j]
                 done_at(j, now)
             else:
-                landed.setdefault(key, deque()).append(now)
+                landed.setdefault(key, deque()).append(si)
 
         # -- collectives -----------------------------------------------------------------------
         def coll_arrive(i: int, now: int) -> None:
@@ -511,7 +516,7 @@ class Engine:
                         coll_flow_done(cb[1], cb[2], cb[3], cb[4], now)
                     elif cb[0] == CB_EAGER:
                         done_at(cb[1], now)
-                        eager_landed(cb[2], now, cb[3])
+                        eager_landed(cb[2], now, cb[3], cb[1])
                     else:
                         done_at(cb[1], now)
                         done_at(cb[2], now)
@@ -527,6 +532,7 @@ class Engine:
             start_ns=np.asarray(start_t, np.int64),
             end_ns=np.asarray(end_t, np.int64),
             wait_ns=np.asarray(wait_t, np.int64),
+            peer_node=np.asarray(peer_of, np.int64),
             stats=EngineStats(events=events, flows=n_flows, collectives=n_colls, closed_form_collectives=n_closed),
         )
 
