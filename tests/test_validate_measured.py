@@ -104,7 +104,7 @@ def test_hand_built_capture_measurements(tmp_path):
     assert m.cpu_bound_idle_ns == 34_000
     assert m.lead_ns == 20_000 and m.tail_ns == 4_000
     assert m.blocking_call_ns == 9_000 and m.blocking_calls == 1
-    assert m.launch_calls == 3 and m.launch_call_ns == 5_000
+    assert m.launch_calls == 3 and m.launch_call_ns == 5_000 and m.copy_calls == 0
     # launch call start -> kernel start for kernels that found their stream idle: 10, 10, 5 us
     assert m.launch_latency_ns == 10_000
     (k,) = m.nccl

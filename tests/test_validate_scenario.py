@@ -128,7 +128,7 @@ def _measured(rank: int, step_ns: int):
     k = NcclKernel(0, "ncclKernel_AllReduce_RING_LL_Sum_float", "ALL_REDUCE", "RING", "LL", 9, 0, 50_000, None,
                    None, None, None, None, None)
     s = Step(10, 0, step_ns)
-    return RankMeasurement(rank, 2, "V100", "x", (s,), s, 3, 2, 1, 1, 50_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+    return RankMeasurement(rank, 2, "V100", "x", (s,), s, 3, 2, 1, 1, 50_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
                            (k,))
 
 

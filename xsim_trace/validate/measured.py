@@ -69,11 +69,13 @@ DTYPE_BYTES = {
 BLOCKING_CALLS = frozenset(
     {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}
 )
-#: host calls that submit device work
+#: host calls that launch kernels (or a CUDA graph of them)
 LAUNCH_CALLS = frozenset(
-    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaGraphLaunch",
-     "cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchCooperativeKernel"}
+    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
+     "cudaLaunchCooperativeKernel"}
 )
+#: host calls that queue copies / fills (a pageable cudaMemcpyAsync blocks like a synchronize)
+COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy2DAsync"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +138,10 @@ class RankMeasurement:
     blocking_call_ns: int  # host time inside synchronize / blocking memcpy calls
     blocking_calls: int
     stream_wait_events: int  # cudaStreamWaitEvent calls
-    launch_calls: int
-    launch_call_ns: int  # host time inside launch calls
+    launch_calls: int  # kernel / graph launches
+    launch_call_ns: int  # host time inside them
+    copy_calls: int  # cudaMemcpyAsync / cudaMemsetAsync
+    copy_call_ns: int  # host time inside them (large when a pageable copy waits for the device)
     launch_latency_ns: int  # median launch-call start -> kernel start, for kernels that found their stream idle
     cpu_ops: int
     nccl: tuple[NcclKernel, ...] = field(default=())
@@ -342,6 +346,8 @@ def _measure_step(header, source, all_steps, step, gpu, runtime, cpu_ops) -> Ran
         stream_wait_events=sum(1 for r in step_runtime if r.name == "cudaStreamWaitEvent"),
         launch_calls=len(launches),
         launch_call_ns=sum(r.dur_ns for r in launches),
+        copy_calls=sum(1 for r in step_runtime if r.name in COPY_CALLS),
+        copy_call_ns=sum(r.dur_ns for r in step_runtime if r.name in COPY_CALLS),
         launch_latency_ns=int(statistics.median(latencies)) if latencies else 0,
         cpu_ops=sum(1 for c in cpu_ops if lo <= c.ts_ns < hi),
         nccl=nccl,
