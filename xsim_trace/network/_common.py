@@ -18,10 +18,11 @@ def check_rounding(rounding: str) -> str:
 
 
 def to_ns(x: float, rounding: str) -> int:
-    """Float ns -> int ns; ``floor`` truncates like ASTRA-sim's ``static_cast<EventTime>``; ``ceil``
-    rounds up (with a 1e-9 relative tolerance so that float noise does not add a nanosecond)."""
+    """Float ns -> int ns; ``floor`` truncates exactly like ASTRA-sim's ``static_cast<EventTime>``
+    (bit for bit on the same doubles); ``ceil`` rounds up, with a 1e-9 relative tolerance so that
+    float noise does not add a nanosecond."""
     if rounding == "floor":
-        return int(math.floor(x + 1e-9 * abs(x)))
+        return int(x) if x >= 0 else int(math.floor(x))
     return int(math.ceil(x - 1e-9 * abs(x)))
 
 
