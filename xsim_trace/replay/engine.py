@@ -66,14 +66,19 @@ class _Plan:
         self.sends: list[dict[int, list[tuple[int, int]]]] = []
         self.need: list[dict[int, int]] = []
         self.reduce: list[bool] = []
+        shared: dict[bytes, tuple[dict, dict]] = {}  # identical steps (all of a ring's) share their tables
         for step in schedule.steps:
-            sends: dict[int, list[tuple[int, int]]] = {}
-            need: dict[int, int] = {}
-            for s, d, b in zip(step.src.tolist(), step.dst.tolist(), step.size_bytes.tolist()):
-                sends.setdefault(s, []).append((d, b))
-                need[d] = need.get(d, 0) + 1
-            self.sends.append(sends)
-            self.need.append(need)
+            key = step.src.tobytes() + b"|" + step.dst.tobytes() + b"|" + step.size_bytes.tobytes()
+            tables = shared.get(key)
+            if tables is None:
+                sends: dict[int, list[tuple[int, int]]] = {}
+                need: dict[int, int] = {}
+                for s, d, b in zip(step.src.tolist(), step.dst.tolist(), step.size_bytes.tolist()):
+                    sends.setdefault(s, []).append((d, b))
+                    need[d] = need.get(d, 0) + 1
+                tables = shared[key] = (sends, need)
+            self.sends.append(tables[0])
+            self.need.append(tables[1])
             self.reduce.append(step.reduce)
 
 
@@ -390,7 +395,8 @@ class Engine:
                     if run.arrived.get(key, 0) < need:
                         run.waiting[(c, p)] = s
                         return
-                    t_eff = run.last[key]
+                    del run.arrived[key]
+                    t_eff = run.last.pop(key)
                     if t_eff > now:
                         seq += 1
                         push(heap, (t_eff, seq, EV_STEP, (run, c, p, s + 1)))
@@ -414,6 +420,8 @@ class Engine:
                 run.last[key] = eff
             if got == plan.need[s][q] and run.waiting.get((c, q)) == s:
                 del run.waiting[(c, q)]
+                del run.arrived[key]
+                eff = run.last.pop(key)
                 if eff > now:
                     seq += 1
                     push(heap, (eff, seq, EV_STEP, (run, c, q, s + 1)))
