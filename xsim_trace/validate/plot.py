@@ -24,11 +24,11 @@ def plot_validation(v: Validation, path: str | os.PathLike[str]) -> None:
     ax.bar([i - w / 2 for i in x], [r.measured_ns / 1e6 for r in v.ranks], w, label="measured (ProfilerStep)")
     ax.bar([i + w / 2 for i in x], [r.simulated_ns / 1e6 for r in v.ranks], w, label="simulated")
     for i, r in zip(x, v.ranks):
-        ax.annotate(f"{r.error_pct:+.1f}%", (i + w / 2, r.simulated_ns / 1e6), ha="center", va="bottom", fontsize=8)
+        ax.annotate(f"{r.error_pct:+.2f}%", (i + w / 2, r.simulated_ns / 1e6), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, [str(r) for r in ranks])
     ax.set_xlabel("rank")
     ax.set_ylabel("step time (ms)")
-    ax.set_title(f"{v.name} on {v.cluster}: max |error| {v.max_abs_error_pct:.1f}%")
+    ax.set_title(f"{v.name} on {v.cluster}: max |error| {v.max_abs_error_pct:.2f}%")
     ax.legend(loc="lower right", fontsize=8)
     if colls:
         ax2 = fig.add_subplot(2, 1, 2)
