@@ -12,6 +12,7 @@ from xsim_trace.cluster import (
     FabricKind,
     IntraKind,
     cluster_from_dict,
+    describe,
     load_cluster,
     preset_names,
     single_switch,
@@ -166,3 +167,12 @@ def test_bad_files_and_specs(tmp_path):
         load_cluster("mixed-h100-a100:1,2,3")
     with pytest.raises(ConfigError, match="rank"):
         load_cluster("a100-node").gpu_type(8)
+
+
+def test_describe():
+    lines = describe(load_cluster("mixed-h100-a100:1,2"))
+    assert lines[0] == "mixed-h100-a100:1,2: 24 ranks on 3 nodes in 2 group(s)"
+    assert lines[1].startswith("  h100: 8x H100-SXM = 1 node(s) x 8; NVSwitch 450 GB/s/GPU; 8x 400 Gb/s NIC; ranks 0-7")
+    assert "fat-tree 1:1, 32 NICs/leaf; ranks 8-23" in lines[2]
+    assert lines[3] == "  link h100 <-> a100: 3200 Gb/s, 2000 ns"
+    assert "NVLink mesh 25 GB/s/lane (16 pairs)" in describe(load_cluster("v100-dgx1"))[1]

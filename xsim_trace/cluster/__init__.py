@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xsim_trace.cluster.describe import describe
 from xsim_trace.cluster.load import cluster_from_dict, cluster_to_dict, read_cluster_file
 from xsim_trace.cluster.model import (
     Cluster,
@@ -36,6 +37,7 @@ __all__ = [
     "Nic",
     "cluster_from_dict",
     "cluster_to_dict",
+    "describe",
     "load_cluster",
     "preset_names",
     "single_switch",
