@@ -254,19 +254,21 @@ def test_rewrite_is_deterministic():
     assert a.traces == b.traces and a.comm_groups == b.comm_groups
 
 
-def test_embedding_and_head_gradients_sync_over_lcm_rings_of_first_and_last_stages():
+def test_embedding_and_head_gradients_join_the_first_and_last_interval_rings():
     m = ModelSpec(**dict(TINY_MODEL, num_layers=4))
     d = plan_dict()
     d["pipelines"][0]["replicas"] = 2
     res = rewrite(plan_from_mapping(d), templates_from_model(m, "H100", 1))
     dp = {}
     for r, n in _comm_nodes(res.traces):
-        if n.attr(A.COMM_KIND) == "dp" and ("embedding" in n.name or "head" in n.name):
+        if n.attr(A.COMM_KIND) == "dp":
             dp.setdefault(n.name.split("_ring")[0], set()).add((res.comm_groups[n.pg_name], n.comm_size_bytes))
     emb = 1000 * 768 * 2  # vocab x hidden x bf16
-    # first stages: TP 2 on ranks 0-1 and 6-7 -> 2 rings of half; last: TP 4 on 2-5 and 8-11 -> 4 rings of a quarter
-    assert dp == {"dp_allreduce_embedding": {((0, 6), emb // 2), ((1, 7), emb // 2)},
-                  "dp_allreduce_head": {((2, 8), emb // 4), ((3, 9), emb // 4), ((4, 10), emb // 4), ((5, 11), emb // 4)}}
+    two_layers = 2 * m.layer_grad_bytes()
+    # first stages: TP 2 on ranks 0-1 and 6-7 -> 2 rings of half of (layers 0-1 + embedding);
+    # last stages: TP 4 on 2-5 and 8-11 -> 4 rings of a quarter of (layers 2-3 + output layer)
+    assert dp == {"dp_allreduce_L0-2+embedding": {((0, 6), (two_layers + emb) // 2), ((1, 7), (two_layers + emb) // 2)},
+                  "dp_allreduce_L2-4+head": {((r, r + 6), (two_layers + emb) // 4) for r in range(2, 6)}}
     assert check_rank_set(res.traces, res.comm_groups) == []
 
 

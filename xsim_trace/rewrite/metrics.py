@@ -34,7 +34,7 @@ class StragglerWait:
     pg_name: str
     instance: int
     rank: int
-    wait_ns: int  # collective start - this member's ready time
+    wait_ns: int  # last member's ready time - this member's ready time
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +93,11 @@ def compute_metrics(traces: Mapping[int, Trace], times: Mapping[tuple[int, int],
         bubbles.append(StageBubble(pipe, stage, s1 - s0, b, (s1 - s0) - b))
     stragglers = []
     for (pg, k), members in sorted(colls.items(), key=lambda kv: (kv[0][0].zfill(8), kv[0][1])):
-        start = max(t.start_ns for _, t in members)
+        # the barrier opens when the last member is ready; time spent behind an earlier collective
+        # of the same group (stream order) is not straggling
+        opens = max(t.ready_ns for _, t in members)
         for r, t in members:
-            stragglers.append(StragglerWait(pg, k, r, start - t.ready_ns))
+            stragglers.append(StragglerWait(pg, k, r, opens - t.ready_ns))
     agg: dict[tuple[str, str], list[int]] = defaultdict(list)
     for (boundary, kind, _, _), items in exch.items():
         # per transfer phase (gather, p2p, scatter, ...), the longest transfer: a send from its start

@@ -315,14 +315,22 @@ class _Rewriter:
                 for c, (a, b) in enumerate(st.chunks):
                     segs.append(Segment((p, s, c), a, b))
         self.intervals = dp_intervals(segs)
+        # embedding (first virtual stages) and output layer (last virtual stages) gradients join the
+        # interval with the same members (one bucket, as Megatron's grad buffers do), else sync alone
+        jobs: dict[tuple, list] = {}
         for iv in self.intervals:
-            self._dp_rings(list(iv.members), iv.num_layers * self.t.layer_grad_bytes, f"L{iv.start}-{iv.end}")
-        # embedding (first virtual stage) and output layer (last virtual stage) gradients
-        firsts = [(p, 0, 0) for p in range(plan.dp)]
-        lasts = [((self.num_vstages(p) - 1) % len(pipe.stages), (self.num_vstages(p) - 1) // len(pipe.stages), p)
-                 for p, pipe in enumerate(plan.pipelines)]
-        self._dp_rings(firsts, self.t.pre_grad_bytes, "embedding")
-        self._dp_rings([(p, s, c) for s, c, p in lasts], self.t.post_grad_bytes, "head")
+            jobs[tuple(iv.members)] = [iv.num_layers * self.t.layer_grad_bytes, f"L{iv.start}-{iv.end}"]
+        firsts = tuple((p, 0, 0) for p in range(plan.dp))
+        lasts = tuple((p, (self.num_vstages(p) - 1) % len(pipe.stages), (self.num_vstages(p) - 1) // len(pipe.stages))
+                      for p, pipe in enumerate(plan.pipelines))
+        for members, nbytes, label in ((firsts, self.t.pre_grad_bytes, "embedding"), (lasts, self.t.post_grad_bytes, "head")):
+            if nbytes <= 0:
+                continue
+            job = jobs.setdefault(members, [0, ""])
+            job[0] += nbytes
+            job[1] = f"{job[1]}+{label}" if job[1] else label
+        for members, (nbytes, label) in jobs.items():
+            self._dp_rings(list(members), nbytes, label)
 
     def _dp_rings(self, members: list[tuple[int, int, int]], grad_bytes: int, label: str) -> None:
         """One all-reduce per LCM ring over ``members`` ((pipeline, stage, chunk)), each member rank
