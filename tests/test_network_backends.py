@@ -199,3 +199,27 @@ def test_registry():
     assert make_backend("test-fixed", None, delay_ns=7).delay_ns == 7
     with pytest.raises(BackendError, match="already registered"):
         register_backend("test-fixed", lambda t: None)
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_backends_accept_a_hand_made_topology(name):
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class L:
+        src: object
+        dst: object
+        bw_GBps: float
+        latency_ns: float
+
+    class Star:  # links + route returning link objects, like a test double
+        def __init__(self, n):
+            self.links = [L(r, "sw", 1.0, 100) for r in range(n)] + [L("sw", r, 1.0, 100) for r in range(n)]
+            self.n = n
+
+        def route(self, s, d):
+            return [self.links[s], self.links[self.n + d]]
+
+    flows = [(0, Flow(1, 0, 1, 1000)), (0, Flow(2, 2, 1, 1000))]
+    want = {"analytical": {1: 1200, 2: 1200}, "analytical-ca": {1: 2200, 2: 3200}, "flow": {1: 2200, 2: 2200}}
+    assert drive(make_backend(name, Star(3)), flows) == want[name]

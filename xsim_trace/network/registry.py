@@ -76,12 +76,21 @@ def make_backend(name: str, topology: Any, **options: Any) -> Any:
 
 
 def _builtin() -> None:
+    from xsim_trace.network.adapt import as_topology  # noqa: PLC0415
     from xsim_trace.network.analytical import AnalyticalBackend  # noqa: PLC0415
     from xsim_trace.network.analytical_ca import AnalyticalCongestionAwareBackend  # noqa: PLC0415
     from xsim_trace.network.flowlevel import FlowLevelBackend  # noqa: PLC0415
 
+    def factory(cls: type) -> Factory:
+        def make(topology: Any, **options: Any) -> Any:
+            return cls(as_topology(topology), **options)
+
+        make.__name__ = f"make_{cls.__name__}"
+        make.__doc__ = cls.__doc__
+        return make
+
     for cls in (AnalyticalBackend, AnalyticalCongestionAwareBackend, FlowLevelBackend):
-        register_backend(cls.name, cls, replace=True)
+        register_backend(cls.name, factory(cls), replace=True)
 
 
 _builtin()
