@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("traces", metavar="TRACES", help="Kineto capture(s): file, folder, glob or .tar.gz")
     p.add_argument("--cluster", required=True, metavar="FILE_OR_PRESET", help="cluster YAML/JSON or preset name")
     p.add_argument("--step", default=None, metavar="N", help="ProfilerStep number, or 'all' (default: the last)")
+    p.add_argument("--et", metavar="ET", help="PyTorch Execution Trace(s) to convert with (xsim convert pytorch)")
     p.add_argument("--backend", default="analytical", help="network backend (default: analytical)")
     p.add_argument("--out", metavar="DIR", help="write validation.json (and validation.png with --plot) here")
     p.add_argument("--plot", action="store_true", help="draw simulated vs measured (needs --out)")
@@ -50,9 +51,19 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise ConfigError(f"expected a ProfilerStep number or 'all', found {step!r}", field="--step") from None
     kts = read_ranks(resolve_inputs(args.traces))
+    ets = None
+    if args.et:
+        from converters.pytorch_et import read_ets
+
+        ets = read_ets(resolve_inputs(args.et))
 
     def convert(number):
-        conv = convert_kineto(kts, step=number)
+        if ets is not None:
+            from converters.pytorch_et import convert_pytorch
+
+            conv = convert_pytorch(ets, kts, step=number)
+        else:
+            conv = convert_kineto(kts, step=number)
         return conv.traces, conv.comm_groups
 
     v, measured = validate_captures(args.traces, args.cluster, convert, backend=args.backend, step=step,
