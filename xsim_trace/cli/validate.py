@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from xsim_trace.errors import ConfigError
     from xsim_trace.validate.compare import format_table
+    from xsim_trace.validate.measured import peer_waits
     from xsim_trace.validate.pipeline import validate_captures
 
     if args.plot and not args.out:
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         doc = v.to_dict()
         doc["measured"] = {str(r): m.to_dict() for r, m in measured.items()}
+        waits = peer_waits(measured)
+        if waits:  # ranks on one clock: time each rank spent in NCCL waiting for its last peer
+            doc["measured_peer_wait_ns"] = {str(r): sum(w.wait_ns for w in waits if w.rank == r) for r in measured}
         with atomic_write(out / "validation.json") as f:
             json.dump(doc, f, indent=1, sort_keys=True)
             f.write("\n")
