@@ -52,7 +52,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     prefix = args.sample or bundled_sample()
     with tempfile.TemporaryDirectory(prefix="xsim-demo-") as tmp:
         if prefix is None:
-            world = min(cluster.num_ranks, 16)
+            world = min(cluster.num_ranks, 32)
             tp = min(8, world)
             slow = world - 3
             traces, groups = tp_dp_step(tp=tp, dp=max(world // tp, 1), layers=4, slow_rank=slow, slow_factor=1.1)
