@@ -64,39 +64,65 @@ class AnalyticalCongestionAwareBackend(FlowChecks):
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, obj, hop))
 
-    def _save(self, link: int) -> None:
-        j = self._journal
-        if j is not None and link not in j:
-            q = self._queue.get(link)
-            j[link] = (self._busy[link], tuple(q) if q else ())
-
-    def _transmit(self, t: int, rec: _Rec, hop: int) -> None:
-        link = rec.links[hop]
-        self._save(link)
-        self._busy[link] = True
-        self._push(t + rec.comm[hop], _ARRIVE, rec, hop + 1)
-        self._push(t + rec.ser[hop], _FREE, link, 0)
-
-    def _step(self) -> None:
-        """Run the event on top of the heap (never a completion)."""
-        t, _, kind, obj, hop = heapq.heappop(self._heap)
-        self.events += 1
-        if kind == _FREE:
-            self._save(obj)
-            q = self._queue.get(obj)
-            if q:
+    def _run(self, limit: float, stop_at_done: bool) -> list[tuple[int, int]]:
+        """Run events with time <= limit; completions are popped and returned, or (``stop_at_done``)
+        left on top.  One loop with local names: this is the hot path."""
+        heap = self._heap
+        busy = self._busy
+        queue = self._queue
+        journal = self._journal
+        seq = self._seq
+        pop = heapq.heappop
+        push = heapq.heappush
+        done: list[tuple[int, int]] = []
+        n = 0
+        while heap:
+            e = heap[0]
+            t = e[0]
+            if t > limit:
+                break
+            kind, obj, hop = e[2], e[3], e[4]
+            if kind == _ARRIVE and hop == len(obj.links):
+                if stop_at_done:
+                    break
+                pop(heap)
+                done.append((t, obj.fid))
+                continue
+            pop(heap)
+            n += 1
+            if kind == _FREE:
+                link = obj
+                q = queue.get(link)
+                if journal is not None and link not in journal:
+                    journal[link] = (busy[link], tuple(q) if q else ())
+                if not q:
+                    busy[link] = False
+                    continue
                 rec, h = q.popleft()
-                self._busy[obj] = False
-                self._transmit(t, rec, h)
             else:
-                self._busy[obj] = False
-            return
-        link = obj.links[hop]
-        if self._busy[link]:
-            self._save(link)
-            self._queue.setdefault(link, deque()).append((obj, hop))
-        else:
-            self._transmit(t, obj, hop)
+                link = obj.links[hop]
+                if busy[link]:
+                    if journal is not None and link not in journal:
+                        q = queue.get(link)
+                        journal[link] = (True, tuple(q) if q else ())
+                    q = queue.get(link)
+                    if q is None:
+                        q = queue[link] = deque()
+                    q.append((obj, hop))
+                    continue
+                if journal is not None and link not in journal:
+                    q = queue.get(link)
+                    journal[link] = (False, tuple(q) if q else ())
+                rec, h = obj, hop
+            # transmit rec on link: arrival first, then the release (ASTRA-sim's order)
+            busy[link] = True
+            seq += 1
+            push(heap, (t + rec.comm[h], seq, _ARRIVE, rec, h + 1))
+            seq += 1
+            push(heap, (t + rec.ser[h], seq, _FREE, link, 0))
+        self._seq = seq
+        self.events += n
+        return done
 
     @staticmethod
     def _is_done(e: tuple) -> bool:
@@ -145,8 +171,7 @@ class AnalyticalCongestionAwareBackend(FlowChecks):
             return h[0][0]
         saved = (list(h), self._seq)
         self._journal = {}
-        while self._heap and not self._is_done(self._heap[0]):
-            self._step()
+        self._run(float("inf"), True)
         c = self._heap[0][0] if self._heap else None
         self._spec = (*saved, c)
         return c
@@ -161,16 +186,8 @@ class AnalyticalCongestionAwareBackend(FlowChecks):
             else:
                 self._rollback()
         self._now_ns = now_ns
-        h = self._heap
-        done: list[tuple[int, int]] = []
-        while h and h[0][0] <= now_ns:
-            e = h[0]
-            if self._is_done(e):
-                heapq.heappop(h)
-                done.append((e[0], e[3].fid))
-                self._active.discard(e[3].fid)
-                continue
-            self._step()
-            h = self._heap
+        done = self._run(now_ns, False)
+        for _, fid in done:
+            self._active.discard(fid)
         done.sort()
         return [fid for _, fid in done]
