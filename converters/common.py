@@ -70,10 +70,12 @@ class GNode:
 class GraphBuilder:
     def __init__(self) -> None:
         self.nodes: list[GNode] = []
+        self._names: dict[str, str] = {}
 
     def add(self, name: str, node_type: NodeType, start: int, end: int, *, on_cpu: bool,
             deps: Iterable[GNode | None] = (), fixed: bool = True, timed: bool = True, **attrs: Any) -> GNode:
-        node = GNode(len(self.nodes), name[:MAX_NAME_CHARS], node_type, start, max(end, start), on_cpu,
+        name = self._names.setdefault(name, name[:MAX_NAME_CHARS])
+        node = GNode(len(self.nodes), name, node_type, start, max(end, start), on_cpu,
                      [d for d in deps if d is not None], [], dict(attrs), fixed, timed)
         self.nodes.append(node)
         return node

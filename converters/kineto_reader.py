@@ -16,13 +16,26 @@ import ijson
 
 from xsim_trace.errors import FormatError
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 18  # smaller chunks: fewer parsed-but-unreduced events alive at once
 NS_PER_US = 1000
 
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 KEPT_CATS = CPU_CATS | RUNTIME_CATS | GPU_CATS
+
+#: runtime calls that neither launch GPU work nor order it: not kept (they are most of the
+#: runtime events of a busy trace, e.g. cudaEventQuery polling)
+IGNORED_RUNTIME = frozenset({
+    "cudaEventQuery", "cudaPeekAtLastError", "cudaGetLastError", "cudaStreamIsCapturing", "cudaGetDevice",
+    "cudaSetDevice", "cudaGetDeviceCount", "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cudaFuncGetAttributes", "cudaFuncSetAttribute",
+    "cudaDeviceGetAttribute", "cudaPointerGetAttributes", "cudaStreamGetPriority",
+    "cudaDeviceGetStreamPriorityRange", "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaGetDeviceProperties",
+    "cudaGetDeviceProperties_v2", "cudaThreadExchangeStreamCaptureMode", "cudaStreamGetCaptureInfo",
+    "cudaStreamGetCaptureInfo_v2", "cudaGetSymbolAddress", "cudaEventCreate", "cudaEventCreateWithFlags",
+    "cudaEventDestroy", "cuGetProcAddress", "cuDevicePrimaryCtxGetState", "cuCtxGetCurrent",
+})
 
 #: cpu-op name prefixes whose arguments (shapes, collective args) are kept
 _COMM_OP_PREFIXES = ("nccl:", "c10d::", "record_param_comms", "gloo:")
@@ -117,6 +130,7 @@ class _Reducer:
         self.events: list[Event] = []
         self.count = 0
         self._intern: dict[str, str] = {}
+        self._small: dict = {}  # pids, tids, streams: one object each
 
     def add(self, raw: Any) -> None:
         idx = self.count
@@ -132,6 +146,8 @@ class _Reducer:
         if not isinstance(name, str):
             raise FormatError(f"event {idx}: 'name' is missing or not a string", file=self.name, event=idx)
         if cat == "python_function" and not name.startswith("nn.Module:"):
+            return
+        if cat in RUNTIME_CATS and name in IGNORED_RUNTIME:
             return
         ts = _to_ns(raw.get("ts"), idx, "ts", self.name)
         dur = _to_ns(raw.get("dur", 0), idx, "dur", self.name)
@@ -150,8 +166,14 @@ class _Reducer:
         stream = _opt_int(args.get("stream"))
         if stream is None and cat in GPU_CATS:
             stream = _opt_int(raw.get("tid"))
+        small = self._small
+        pid, tid = raw.get("pid"), raw.get("tid")
+        pid = small.setdefault(pid, pid) if isinstance(pid, (int, str)) else pid
+        tid = small.setdefault(tid, tid) if isinstance(tid, (int, str)) else tid
+        if stream is not None:
+            stream = small.setdefault(stream, stream)
         self.events.append(Event(
-            idx, sys.intern(cat), interned, raw.get("pid"), raw.get("tid"), ts, ts + dur,
+            idx, sys.intern(cat), interned, pid, tid, ts, ts + dur,
             _opt_int(args.get("correlation")), _opt_int(args.get("External id")),
             _opt_int(args.get("Record function id")), stream, kept,
         ))
