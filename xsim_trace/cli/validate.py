@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from xsim_trace.errors import ConfigError
     from xsim_trace.validate.compare import format_table
     from xsim_trace.validate.measured import peer_waits
-    from xsim_trace.validate.pipeline import validate_captures
+    from xsim_trace.validate.pipeline import load_cluster, validate_captures
 
     if args.plot and not args.out:
         raise ConfigError("--plot needs --out DIR", field="--plot")
@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
             step = int(step)
         except ValueError:
             raise ConfigError(f"expected a ProfilerStep number or 'all', found {step!r}", field="--step") from None
+    cluster = load_cluster(args.cluster)  # fail on a bad cluster before reading the traces
     kts = read_ranks(resolve_inputs(args.traces))
     ets = None
     if args.et:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             conv = convert_kineto(kts, step=number)
         return conv.traces, conv.comm_groups
 
-    v, measured = validate_captures(args.traces, args.cluster, convert, backend=args.backend, step=step,
+    v, measured = validate_captures(args.traces, cluster, convert, backend=args.backend, step=step,
                                     skew=not args.no_skew, alltoall_order=alltoall_schedule)
     print(format_table(v, collectives=not args.no_collectives))
     if args.out:

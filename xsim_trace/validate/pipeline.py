@@ -3,16 +3,14 @@ measured offsets, replay over a cluster and a network backend, compare with the 
 
 from __future__ import annotations
 
-import importlib
 import logging
-from importlib import resources
 from pathlib import Path
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from xsim_trace.errors import BackendError, ConfigError
+from xsim_trace.errors import ConfigError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.model import Trace
 from xsim_trace.validate.compare import Validation, compare
@@ -25,28 +23,17 @@ log = logging.getLogger(__name__)
 
 def load_cluster(spec: str) -> Any:
     """A cluster from a YAML/JSON file, or a bundled preset by name (``v100-dgx1``, ``a100-node``...)."""
-    from xsim_trace.cluster.load import read_cluster_file
+    from xsim_trace.cluster import load_cluster as load
 
-    path = Path(spec)
-    if path.is_file():
-        return read_cluster_file(path)
-    preset = resources.files("xsim_trace") / "data" / "clusters" / f"{spec}.yaml"
-    if preset.is_file():
-        with resources.as_file(preset) as p:
-            return read_cluster_file(p)
-    names = sorted(p.name[:-5] for p in (resources.files("xsim_trace") / "data" / "clusters").iterdir()
-                   if p.name.endswith(".yaml"))
-    raise ConfigError(f"no such cluster file or preset (presets: {', '.join(names)})", field="cluster", file=spec)
+    return load(spec)
 
 
 def make_backend(name: str, cluster: Any) -> Any:
     """The named network backend over ``cluster``'s topology (the network package's registry)."""
-    try:
-        build_topology = importlib.import_module("xsim_trace.network.topology").build_topology
-        make_named_backend = importlib.import_module("xsim_trace.sweep.backends").make_named_backend
-    except (ImportError, AttributeError) as exc:
-        raise BackendError(f"network backends are not installed ({exc})", field="backend") from None
-    return make_named_backend(name, build_topology(cluster))
+    from xsim_trace.network import build_topology
+    from xsim_trace.network import make_backend as make_named
+
+    return make_named(name, build_topology(cluster))
 
 
 def engine_runner(cluster: Any, backend: str = "analytical", settings: Any = None):
@@ -121,7 +108,7 @@ def merge(validations: list[Validation], name: str | None = None) -> Validation:
 
 def validate_captures(
     spec: str,
-    cluster_spec: str,
+    cluster_spec: Any,
     convert: Callable[[int | None], tuple[Mapping[int, Trace], Mapping[str, tuple[int, ...]]]],
     *,
     backend: str = "analytical",
