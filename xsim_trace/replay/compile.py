@@ -108,7 +108,7 @@ def compile_workload(
         missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
         raise GraphError("ranks must be 0..N-1", rank=missing[0] if missing else None)
     num_ranks = len(ranks)
-    comm_groups = {str(k): tuple(sorted(int(r) for r in v)) for k, v in (comm_groups or {}).items()}
+    comm_groups = {str(k): tuple(sorted({int(r) for r in v})) for k, v in (comm_groups or {}).items()}
 
     total = sum(len(traces[r].nodes) for r in ranks)
     node_rank = np.empty(total, np.int32)
