@@ -223,3 +223,29 @@ def test_backends_accept_a_hand_made_topology(name):
     flows = [(0, Flow(1, 0, 1, 1000)), (0, Flow(2, 2, 1, 1000))]
     want = {"analytical": {1: 1200, 2: 1200}, "analytical-ca": {1: 2200, 2: 3200}, "flow": {1: 2200, 2: 2200}}
     assert drive(make_backend(name, Star(3)), flows) == want[name]
+
+
+def test_1024_rank_ring_step_by_hand():
+    # dgx-h100:128: rank r -> r+1 with 64 KiB.  Inside a node: GPU -> NVSwitch -> GPU (450 GB/s, 250 ns
+    # per hop).  Across nodes: GPU -> NIC (50 GB/s, 1 us) -> leaf (500 ns) [-> spine -> leaf when the
+    # next node is on another leaf: 4 nodes = 32 NICs per leaf] -> NIC -> GPU; no two flows share a link.
+    topo = build_topology("dgx-h100:128")
+    n, size = 1024, 65536
+    flows = [(0, Flow(r, r, (r + 1) % n, size)) for r in range(n)]
+
+    def kind(r):
+        if r % 8 != 7:
+            return "intra"
+        return "cross-leaf" if (r // 8) % 4 == 3 else "same-leaf"
+
+    expect = {
+        "analytical": {"intra": 645, "same-leaf": 4310, "cross-leaf": 5310},  # floor(lat + S / 50 or 450)
+        "flow": {"intra": 146 + 500, "same-leaf": 1311 + 3000, "cross-leaf": 1311 + 4000},
+        # store-and-forward: every hop floor(lat + S/bw): NVLink 395, PCIe 2310, fabric 1810
+        "analytical-ca": {"intra": 790, "same-leaf": 2310 * 2 + 1810 * 2, "cross-leaf": 2310 * 2 + 1810 * 4},
+    }
+    for name in BUILTIN:
+        got = drive(make_backend(name, topo), flows)
+        assert len(got) == n
+        for r in range(n):
+            assert got[r] == expect[name][kind(r)], (name, r)
