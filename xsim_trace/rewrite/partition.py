@@ -119,10 +119,11 @@ def partition_layers(num_layers: int, stages: Sequence[StageCapacity]) -> Partit
         j = min(room, key=lambda k: (trial[k], k))
         counts[i] -= 1
         counts[j] += 1
-        if moves and moves[-1].from_stage == i and moves[-1].to_stage == j:
-            moves[-1] = Move(moves[-1].layers + 1, i, j, moves[-1].reason)
-        else:
+        k = next((n for n, mv in enumerate(moves) if (mv.from_stage, mv.to_stage) == (i, j)), None)
+        if k is None:
             moves.append(Move(1, i, j, f"stage {i} memory holds {cap[i]} layers"))
+        else:
+            moves[k] = Move(moves[k].layers + 1, i, j, moves[k].reason)
     return PartitionReport(
         counts=tuple(counts),
         ranges=_ranges(counts),
