@@ -193,14 +193,14 @@ class FlowLevelBackend(FlowChecks):
         if not comp:
             return
         self.recomputes += 1
-        self.rate_updates += len(comp)
-        for f in comp:  # bytes sent at the old rates
-            self._touch(f)
-            if f.t_upd != t:
-                f.rem -= f.rate * (t - f.t_upd)
-                f.t_upd = t
+        # a flow whose rate stays keeps its (rem, t_upd, te): its bytes left are linear in time
         for f, r in zip(comp, self._rates(comp)):
             if r != f.rate or f.te < 0:
+                self._touch(f)
+                self.rate_updates += 1
+                if f.t_upd != t:  # bytes sent at the old rate
+                    f.rem -= f.rate * (t - f.t_upd)
+                    f.t_upd = t
                 f.rate = r
                 rem = f.rem if f.rem > 0 else 0.0
                 f.te = t + _ceil_ns(rem / r)
