@@ -69,8 +69,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _read(sources: list, quiet: bool, desc: str) -> list:
     from converters.kineto import read_ranks
 
-    total = sum(s.size_bytes or 0 for s in sources)
-    with progress_bar(total, desc, quiet=quiet or total < _BAR_MIN_BYTES, unit="B") as bar:
+    known = all(s.size_bytes is not None and not s.name.endswith(".gz") for s in sources)
+    total = sum(s.size_bytes or 0 for s in sources) if known else None  # progress counts decompressed bytes
+    small = sum(s.size_bytes or 0 for s in sources) < _BAR_MIN_BYTES // (1 if known else 8)
+    with progress_bar(total, desc, quiet=quiet or small, unit="B") as bar:
         return read_ranks(sources, progress=bar.update)
 
 
