@@ -247,7 +247,7 @@ def test_critical_path_follows_deps_resources_and_stragglers():
     step = 2 * LAT + size // 2 // 100
     assert cp["nodes"] == 4 and cp["ranks"] == [0, 1] and cp["compute_ns"] == 5000 + 100 + 50
     assert cp["comm_ns"] == 2 * step and cp["wait_ns"] == 0
-    assert cp["compute_ns"] + cp["comm_ns"] + cp["wait_ns"] == r.iteration_ns
+    assert cp["compute_ns"] + cp["host_ns"] + cp["comm_ns"] + cp["wait_ns"] == r.iteration_ns
     assert cp["longest"][0] == {"rank": 1, "node": 2, "name": "coll2", "start_ns": 5100, "duration_ns": 2 * step, "wait_ns": 0}
 
 

@@ -100,11 +100,31 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_cli_demo_runs_end_to_end(tmp_path, capsys):
+def test_cli_demo_generated_sample_end_to_end(tmp_path, capsys):
+    pytest.importorskip("xsim_trace.network.registry")
+    assert main(["demo", "--generated", "--chunks", "4", "--in-flight", "2", "--out", str(tmp_path / "demo")]) == 0
+    text = capsys.readouterr().out
+    assert "xsim demo" in text and "iteration time" in text and "exposed tp" in text and "critical path" in text
+    s = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert s["num_ranks"] == 16 and s["iteration_ns"] > 0 and s["cluster"] == "dgx-h100:2"
+    assert max(r["straggler_wait_ns"] for r in s["ranks"]) > 0
+    assert s["critical_path"]["ranks"] == [13]  # the slow rank
+
+
+def test_cli_demo_default_runs(tmp_path, capsys):
+    """The README's main command: the bundled sample if the package ships one, else the generated one."""
     pytest.importorskip("xsim_trace.network.registry")
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 0
     text = capsys.readouterr().out
-    assert "xsim demo" in text and "iteration time" in text and "exposed tp" in text
+    assert text.startswith("xsim demo: replaying") and "iteration time" in text and "summary" in text
     s = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert s["num_ranks"] == 16 and s["iteration_ns"] > 0
-    assert max(r["straggler_wait_ns"] for r in s["ranks"]) > 0
+    assert s["iteration_ns"] > 0 and s["num_ranks"] >= 2
+
+
+def test_demo_picks_a_preset_matching_the_capture_device():
+    from xsim_trace.cli.demo import cluster_for_device
+
+    assert cluster_for_device("Tesla V100-SXM2-32GB", 8) == "v100-dgx1"
+    assert cluster_for_device("NVIDIA A100-SXM4-80GB", 8) == "a100-node"
+    assert cluster_for_device("NVIDIA H100 80GB HBM3", 16) == "dgx-h100"
+    assert cluster_for_device("Some NPU", 8) is None

@@ -1,8 +1,15 @@
-"""``xsim demo``: the bundled sample end to end in seconds (write .et rank set -> read -> replay -> report)."""
+"""``xsim demo``: the bundled sample end to end in seconds (read the .et rank set -> replay -> report).
+
+The sample is the first multi-rank rank set under ``traces/`` (described in traces/MANIFEST.json);
+without one, a generated TP x DP training step is written as .et files to a temporary directory
+and replayed from there.  The cluster is ``--cluster``, else the sample's ``cluster`` in the
+manifest, else the smallest preset whose GPU matches the capture's device, else dgx-h100:2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 
@@ -18,10 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("demo", help="replay the bundled sample on a preset cluster and show the report")
     p.add_argument("--out", default="xsim-demo", metavar="DIR", help="where the reports go (default ./xsim-demo)")
-    p.add_argument("--cluster", default=DEMO_CLUSTER, metavar="FILE_OR_PRESET", help=f"cluster (default {DEMO_CLUSTER})")
+    p.add_argument("--cluster", default=None, metavar="FILE_OR_PRESET", help="cluster (default: the sample's, else dgx-h100:2)")
     p.add_argument("--sample", default=None, metavar="PREFIX", help="a rank-set prefix to replay instead of the bundled sample")
+    p.add_argument("--generated", action="store_true", help="replay a generated TP x DP step instead of the bundled sample")
     add_replay_options(p)
-    p.set_defaults(func=cmd_demo, chunks=4, in_flight=2)
+    p.set_defaults(func=cmd_demo)
 
 
 def bundled_sample() -> str | None:
@@ -41,17 +49,43 @@ def bundled_sample() -> str | None:
     return None
 
 
+def manifest_entry(prefix: str) -> dict:
+    path = SAMPLES_DIR / "MANIFEST.json"
+    try:
+        samples = json.loads(path.read_text(encoding="utf-8")).get("samples", [])
+    except (OSError, ValueError, AttributeError):
+        return {}
+    folder = Path(prefix).parent.name
+    return next((s for s in samples if isinstance(s, dict) and s.get("name") == folder), {})
+
+
+def cluster_for_device(device: str | None, ranks: int) -> str | None:
+    """The smallest preset with a GPU of the capture's family (``V100`` in ``Tesla V100-SXM2-32GB``)."""
+    from xsim_trace.cluster import load_cluster, preset_names
+
+    if not device:
+        return None
+    name = device.upper()
+    fits = []
+    for preset in preset_names():
+        c = load_cluster(preset)
+        if c.num_ranks >= ranks and any(g.gpu_type.split("-")[0].upper() in name for g in c.groups):
+            fits.append((c.num_ranks, len(c.groups), preset))
+    return min(fits)[2] if fits else None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from xsim_trace.cli.replay import network_for, print_outputs, run_replay, settings_from_args
+    from xsim_trace.graph import attrs as A
     from xsim_trace.io import read_rank_set, write_rank_set
     from xsim_trace.replay.sample import tp_dp_step
-    from xsim_trace.report import write_reports
+    from xsim_trace.report import fmt_ns, write_reports
 
     settings = settings_from_args(args)
-    cluster, backend = network_for(args.cluster, args.backend)
-    prefix = args.sample or bundled_sample()
+    prefix = args.sample or (None if args.generated else bundled_sample())
     with tempfile.TemporaryDirectory(prefix="xsim-demo-") as tmp:
         if prefix is None:
+            cluster, backend = network_for(args.cluster or DEMO_CLUSTER, args.backend)
             world = min(cluster.num_ranks, 32)
             tp = min(8, world)
             slow = world - 3
@@ -60,18 +94,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
             write_rank_set(prefix, traces, groups)
             what = (f"a generated {len(traces)}-rank TP={tp} x DP={max(world // tp, 1)} training step (4 layers; "
                     f"rank {slow} computes 10% slower, so its peers wait for it)")
+            rs = read_rank_set(prefix)
+            shown_prefix = None
         else:
-            what = f"the sample {prefix}"
-        rs = read_rank_set(prefix)
+            rs = read_rank_set(prefix)
+            entry = manifest_entry(rs.prefix)
+            device = rs.traces[0].metadata.attr(A.META_DEVICE)
+            spec = args.cluster or entry.get("cluster") or cluster_for_device(device, len(rs.traces)) or DEMO_CLUSTER
+            cluster, backend = network_for(spec, args.backend)
+            what = entry.get("description") or f"the sample {rs.prefix}"
+            shown_prefix = rs.prefix
         nodes = sum(len(t) for t in rs.traces.values())
-        print(f"xsim demo: replaying {what}: {nodes:,} nodes")
-        print(f"           on {cluster.name} ({cluster.num_ranks} GPUs) with the {backend.name} backend, "
-              f"{settings.chunks} chunks / {settings.in_flight} in flight per collective\n")
+        print(f"xsim demo: replaying {what}")
+        print(f"           {len(rs.traces)} ranks, {nodes:,} nodes, on {cluster.name} ({cluster.num_ranks} GPUs) with the "
+              f"{backend.name} backend, {settings.chunks} chunk(s) / {settings.in_flight} in flight per collective\n")
         result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=getattr(args, "quiet", False),
                             drop_missing_deps=args.drop_missing_deps)
         paths = write_reports(result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
-                              trace=None if args.sample is None and prefix.startswith(tmp) else prefix, cluster=str(args.cluster))
+                              trace=shown_prefix, cluster=cluster.name)
+        measured = [t.measured_step_ns for t in rs.traces.values() if t.measured_step_ns]
     print_outputs(result, paths)
+    if measured:
+        print(f"\ncaptured step time per rank: {fmt_ns(min(measured))} .. {fmt_ns(max(measured))} "
+              "(`xsim validate` compares rank by rank, with the capture's start skew)")
     print("\nopen the timeline in https://ui.perfetto.dev (or chrome://tracing); "
           "replay your own traces with `xsim replay PREFIX --cluster FILE_OR_PRESET`")
     return 0

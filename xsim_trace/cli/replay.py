@@ -94,7 +94,8 @@ def _critical_line(summary_path) -> str | None:
     ranks = cp["ranks"]
     where = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({', '.join(map(str, ranks[:4]))}{' ...' if len(ranks) > 4 else ''})"
     top = cp["longest"][0]
-    return (f"critical path: {cp['nodes']} nodes on {where}: compute {fmt_ns(cp['compute_ns'])}, "
+    host = f", host {fmt_ns(cp['host_ns'])}" if cp.get("host_ns") else ""
+    return (f"critical path: {cp['nodes']} nodes on {where}: compute {fmt_ns(cp['compute_ns'])}{host}, "
             f"communication {fmt_ns(cp['comm_ns'])}, waiting {fmt_ns(cp['wait_ns'])}; longest: "
             f"{top['name'] or 'node ' + str(top['node'])} on rank {top['rank']} ({fmt_ns(top['duration_ns'])})")
 

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from xsim_trace.io import atomic_write
+from xsim_trace.replay.compile import ROLE_CPU
 from xsim_trace.replay.results import Breakdown, ReplayResult
 
 SUMMARY_SCHEMA = "xsim.replay.summary/1"
@@ -33,8 +34,10 @@ def critical_path_dict(result: ReplayResult) -> dict[str, Any]:
     from xsim_trace.replay.critical import critical_path
 
     path = critical_path(result.workload, result.times)
-    kinds, waits, starts = result.workload.exec_kind, result.times.wait_ns, result.times.start_ns
-    total = {"compute_ns": 0, "comm_ns": 0, "wait_ns": 0}
+    w = result.workload
+    kinds, waits, starts = w.exec_kind, result.times.wait_ns, result.times.start_ns
+    host = w.resource_role[w.resource] == ROLE_CPU
+    total = {"compute_ns": 0, "host_ns": 0, "comm_ns": 0, "wait_ns": 0}
 
     def wait_on_path(p) -> int:
         return max(0, min(int(starts[p.index] + waits[p.index]), p.end_ns) - p.start_ns)
@@ -42,7 +45,7 @@ def critical_path_dict(result: ReplayResult) -> dict[str, Any]:
     for p in path:
         dur, wt = p.end_ns - p.start_ns, wait_on_path(p)
         if int(kinds[p.index]) == 0:
-            total["compute_ns"] += dur
+            total["host_ns" if host[p.index] else "compute_ns"] += dur
         else:
             total["comm_ns"] += dur - wt
             total["wait_ns"] += wt
