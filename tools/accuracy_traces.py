@@ -71,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 v = run_case(str(KINETO / rel), cluster, step, args.backend, skew)
             except XsimError as exc:
-                rows.append((name, cluster, "-", "-", "-", "-", "-", f"error: {exc}"))
+                rows.append((name, cluster, "-", "-", "-", "-", "-", "-", f"error: {exc}"))
                 continue
             wall = time.perf_counter() - t0
             coll = [abs(c.error_pct) for c in v.collectives if c.error_pct is not None]
+            pure = [abs(c.error_pct) for c in v.transfer_rows()]
             meas = [r.measured_ns for r in v.ranks]
             sim = [r.simulated_ns for r in v.ranks]
             rows.append((
@@ -82,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{v.max_abs_error_pct:.2f}", f"{v.mean_abs_error_pct:.2f}",
                 f"{(max(meas) - min(meas)) / 1e6:.3f} / {(max(sim) - min(sim)) / 1e6:.3f}",
                 f"{len(v.collectives)} / {statistics.median(coll):.1f}" if coll else "0 / -",
+                f"{len(pure)} / {statistics.median(pure):.1f}" if pure else "-",
                 f"{wall:.1f}",
             ))
             docs[name] = v.to_dict()
             details.append(format_table(v, collectives=args.details))
     head = ("trace", "cluster", "rows", "max|err|%", "mean|err|%", "spread ms meas/sim", "colls / median|err|%",
-            "wall s")
+            "transfer-only / median|err|%", "wall s")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     print(f"xsim accuracy on the shared real traces (backend {args.backend})")
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))

@@ -61,6 +61,7 @@ class CollectiveRow:
     measured_ns: int
     simulated_ns: int | None
     error_pct: float | None
+    peer_wait_ns: int | None = None  # measured wait for the last peer inside the kernel (shared clock only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,11 @@ class Validation:
     def max_abs_error_pct(self) -> float:
         return max((abs(r.error_pct) for r in self.ranks), default=0.0)
 
+    def transfer_rows(self) -> tuple[CollectiveRow, ...]:
+        """Collective rows of the rank that arrived last (no measured peer wait): the measured kernel
+        is a pure transfer there, the fair test of the network model."""
+        return tuple(c for c in self.collectives if c.peer_wait_ns == 0 and c.error_pct is not None)
+
     @property
     def mean_abs_error_pct(self) -> float:
         return sum(abs(r.error_pct) for r in self.ranks) / len(self.ranks) if self.ranks else 0.0
@@ -87,8 +93,17 @@ class Validation:
             "mean_abs_error_pct": round(self.mean_abs_error_pct, 3),
             "ranks": [asdict(r) for r in self.ranks],
             "collectives": [asdict(c) for c in self.collectives],
+            "transfer_only_median_abs_error_pct": _median([abs(c.error_pct) for c in self.transfer_rows()]),
             "notes": list(self.notes),
         }
+
+
+def _median(values: list) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    mid = len(v) // 2
+    return round(v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2, 3)
 
 
 def error_pct(simulated: int, measured: int) -> float:
@@ -118,8 +133,10 @@ def compare(
     measured: Mapping[int, RankMeasurement],
     simulated: Mapping[int, SimulatedRank],
     notes: Sequence[str] = (),
+    peer_wait_ns: Mapping[tuple[int, int], int] | None = None,
 ) -> Validation:
-    """Rows for every rank present on both sides (sorted by rank), and per collective ordinal."""
+    """Rows for every rank present on both sides (sorted by rank), and per collective ordinal.
+    ``peer_wait_ns[(rank, ordinal)]``: measured peer wait inside that kernel, when known."""
     rows: list[RankRow] = []
     colls: list[CollectiveRow] = []
     for rank in sorted(set(measured) & set(simulated)):
@@ -150,6 +167,7 @@ def compare(
                     measured_ns=k.duration_ns,
                     simulated_ns=sim.duration_ns if sim else None,
                     error_pct=round(error_pct(sim.duration_ns, k.duration_ns), 4) if sim else None,
+                    peer_wait_ns=(peer_wait_ns or {}).get((rank, k.ordinal)),
                 )
             )
     return Validation(name, cluster, tuple(rows), tuple(colls), tuple(notes))
@@ -172,14 +190,15 @@ def format_table(v: Validation, collectives: bool = True) -> str:
     if collectives and v.collectives:
         lines.append("")
         lines.append(f"{'rank':>4} {'#':>3} {'kernel':<11} {'converted as':<15} {'algo/proto':<12} {'size bytes':>12} "
-                     f"{'measured us':>12} {'simulated us':>13} {'error %':>8}")
+                     f"{'measured us':>12} {'simulated us':>13} {'error %':>8} {'peer wait us':>12}")
         for c in v.collectives:
             sim = "-" if c.simulated_ns is None else f"{c.simulated_ns / 1e3:.1f}"
             err = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
             size = "-" if c.size_bytes is None else str(c.size_bytes)
             lines.append(f"{c.rank:>4} {c.ordinal:>3} {c.collective:<11} {c.converted_as or '-':<15} "
                          f"{c.algo + '/' + c.proto:<12} {size:>12} "
-                         f"{c.measured_ns / 1e3:>12.1f} {sim:>13} {err:>8}")
+                         f"{c.measured_ns / 1e3:>12.1f} {sim:>13} {err:>8} "
+                         f"{'-' if c.peer_wait_ns is None else f'{c.peer_wait_ns / 1e3:.1f}':>12}")
     for note in v.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from xsim_trace.errors import ConfigError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.model import Trace
 from xsim_trace.validate.compare import Validation, compare
-from xsim_trace.validate.measured import RankMeasurement, measure, shared_clock, start_skew_ns
+from xsim_trace.validate.measured import RankMeasurement, measure, peer_waits, shared_clock, start_skew_ns
 from xsim_trace.validate.scenario import mirror_peers
 from xsim_trace.validate.simulate import simulate
 
@@ -81,7 +81,8 @@ def validate_converted(
     elif skew and len(measured) > 1:
         notes.append("ranks do not share a clock: all start together")
     sim = simulate(full, comm_groups, run, start_offsets_ns=offsets, report_ranks=tuple(sorted(measured)))
-    return compare(name, cluster_name, measured, sim, notes)
+    waits = {(w.rank, w.ordinal): w.wait_ns for w in peer_waits(measured)}
+    return compare(name, cluster_name, measured, sim, notes, peer_wait_ns=waits)
 
 
 def merge(validations: list[Validation], name: str | None = None) -> Validation:
