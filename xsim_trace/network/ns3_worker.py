@@ -76,6 +76,18 @@ bool Tracker::stop_on_done = false;
 }
 """
 
+def _die_with_parent() -> None:
+    """Linux: get SIGKILL when the parent process dies, so no simulation outlives its replay."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 #: how far a speculative run may look ahead before it gives up (simulated ns)
 SPECULATION_HORIZON_NS = 3_600 * 1_000_000_000
 
@@ -205,6 +217,7 @@ class _Session:
         pid = os.fork()
         if pid == 0:  # speculative copy: run ahead to the first completion, report, vanish
             try:
+                _die_with_parent()
                 os.close(r)
                 self.T.stop_on_done = True
                 self.T.RunFor(SPECULATION_HORIZON_NS)
@@ -304,6 +317,7 @@ def _serve_session(proto: Any, ns: Any, tracker: Any, first: dict, lines: Any) -
 
 
 def main() -> int:
+    _die_with_parent()
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # anything NS-3 / cling prints goes to stderr, never into the protocol
     proto = os.fdopen(proto_fd, "w", buffering=1)
@@ -344,6 +358,7 @@ def main() -> int:
         if pid == 0:
             code = 0
             try:
+                _die_with_parent()
                 _serve_session(proto, ns, tracker, msg, lines)
             except BaseException:  # noqa: BLE001
                 code = 1

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Wall-clock cost per simulated flow of every network backend, as a table.
+
+Workload: ``--flows`` flows of ``--size`` bytes between random distinct rank pairs of a
+``--ranks``-rank single-switch cluster (seeded), arriving every ``--gap-ns``, so flows overlap and
+share links.  Each backend runs the same flows through the protocol (start_flow / next_completion
+/ advance).  NS-3's cost grows with bytes (packets), not flows, so it runs ``--ns3-flows`` of them
+and the table also shows the cost per simulated MB.  ``setup s`` is building the backend (for
+ns3: starting the worker process and importing NS-3 the first time, then a fork per session).
+
+    .venv/bin/python tools/bench_flow_cost.py                  # all available backends
+    .venv/bin/python tools/bench_flow_cost.py --backend flow --flows 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from xsim_trace.network.protocol import Flow  # noqa: E402
+from xsim_trace.sweep.backends import available_backends, close_backend, make_named_backend, star_topology  # noqa: E402
+from xsim_trace.sweep.micro import TimedFlow, run_flows  # noqa: E402
+
+
+def workload(n_flows: int, ranks: int, size: int, gap_ns: int, seed: int) -> list[TimedFlow]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_flows):
+        s = rng.randrange(ranks)
+        d = rng.randrange(ranks - 1)
+        d += d >= s
+        out.append(TimedFlow(i * gap_ns, Flow(i, s, d, size)))
+    return out
+
+
+def bench(name: str, flows: list[TimedFlow], ranks: int, bw: float, lat: int) -> dict:
+    topo = star_topology(ranks, bw, lat)
+    t0 = time.perf_counter()
+    backend = make_named_backend(name, topo)
+    t1 = time.perf_counter()
+    try:
+        finish = run_flows(backend, flows)
+    finally:
+        close_backend(backend)
+    t2 = time.perf_counter()
+    total_mb = sum(f.flow.size_bytes for f in flows) / 1e6
+    return {"backend": name, "flows": len(flows), "makespan_ns": max(finish.values()), "setup_s": t1 - t0,
+            "run_s": t2 - t1, "us_per_flow": (t2 - t1) / len(flows) * 1e6, "ms_per_MB": (t2 - t1) / total_mb * 1e3}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", action="append", help="backend (repeatable; default: all available)")
+    ap.add_argument("--flows", type=int, default=2000, help="flows for the fluid backends (2000)")
+    ap.add_argument("--ns3-flows", type=int, default=100, help="flows for ns3 (100)")
+    ap.add_argument("--size", type=int, default=1 << 20, help="bytes per flow (1 MiB)")
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--gap-ns", type=int, default=20_000, help="time between flow arrivals (20 us)")
+    ap.add_argument("--bw-GBps", dest="bw", type=float, default=12.5)
+    ap.add_argument("--latency-ns", dest="lat", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per backend; the table keeps the fastest")
+    args = ap.parse_args(argv)
+    names = args.backend or available_backends()
+    print(f"{args.ranks} ranks on one switch, {args.bw:g} GB/s, {args.lat} ns per link; {args.size} B flows every "
+          f"{args.gap_ns} ns between random pairs (seed {args.seed})")
+    print(f"{'backend':<14} {'flows':>6} {'sim makespan ns':>16} {'setup s':>8} {'run s':>9} {'us/flow':>10} "
+          f"{'ms/MB':>8}")
+    for name in names:
+        n = args.ns3_flows if name == "ns3" else args.flows
+        flows = workload(n, args.ranks, args.size, args.gap_ns, args.seed)
+        best = None
+        for _ in range(max(1, args.repeat)):
+            r = bench(name, flows, args.ranks, args.bw, args.lat)
+            best = r if best is None or r["run_s"] < best["run_s"] else best
+        print(f"{best['backend']:<14} {best['flows']:>6} {best['makespan_ns']:>16} {best['setup_s']:>8.3f} "
+              f"{best['run_s']:>9.3f} {best['us_per_flow']:>10.1f} {best['ms_per_MB']:>8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
