@@ -83,16 +83,17 @@ class _Plan:
 
 
 class _CollRun:
-    __slots__ = ("inst", "members", "plans", "k", "arrived", "last", "waiting", "done", "fin")
+    __slots__ = ("inst", "members", "plans", "k", "arrived", "waiting", "done", "fin")
 
     def __init__(self, inst, members, plans) -> None:
         self.inst = inst
         self.members = members
         self.plans = plans
         self.k = len(plans)
-        self.arrived: dict[tuple[int, int, int], int] = {}
-        self.last: dict[tuple[int, int, int], int] = {}
-        self.waiting: dict[tuple[int, int], int] = {}
+        # (chunk, step, position) -> [receives arrived, latest effective arrival time]
+        self.arrived: dict[tuple[int, int, int], list[int]] = {}
+        # per chunk, per position: the step whose receives it waits for, else -1
+        self.waiting = [[-1] * len(members) for _ in range(len(plans))]
         self.done = [0] * len(members)
         self.fin = [0] * len(members)
 
@@ -391,12 +392,12 @@ class Engine:
                         issue(run, c, s, p, sends, now)
                 need = plan.need[s].get(p, 0)
                 if need:
-                    key = (c, s, p)
-                    if run.arrived.get(key, 0) < need:
-                        run.waiting[(c, p)] = s
+                    rec = run.arrived.get((c, s, p))
+                    if rec is None or rec[0] < need:
+                        run.waiting[c][p] = s
                         return
-                    del run.arrived[key]
-                    t_eff = run.last.pop(key)
+                    del run.arrived[(c, s, p)]
+                    t_eff = rec[1]
                     if t_eff > now:
                         seq += 1
                         push(heap, (t_eff, seq, EV_STEP, (run, c, p, s + 1)))
@@ -405,23 +406,34 @@ class Engine:
             chunk_done(run, c, p, now)
 
         def issue(run: _CollRun, c: int, s: int, p: int, sends, now: int) -> None:
-            src = run.members[p]
+            nonlocal next_fid, n_flows, net_dirty
+            members = run.members
+            src = members[p]
             for q, size in sends:
-                start_flow(src, run.members[q], size, now, (CB_COLL, run, c, s, q))
+                fid = next_fid
+                next_fid += 1
+                flow_cb[fid] = (CB_COLL, run, c, s, q)
+                backend.start_flow(Flow(fid, src, members[q], size), now)
+            n_flows += len(sends)
+            net_dirty = True
 
         def coll_flow_done(run: _CollRun, c: int, s: int, q: int, now: int) -> None:
             nonlocal seq
             plan = run.plans[c]
             key = (c, s, q)
-            got = run.arrived.get(key, 0) + 1
-            run.arrived[key] = got
             eff = now + red_delay if plan.reduce[s] else now
-            if eff > run.last.get(key, -1):
-                run.last[key] = eff
-            if got == plan.need[s][q] and run.waiting.get((c, q)) == s:
-                del run.waiting[(c, q)]
+            rec = run.arrived.get(key)
+            if rec is None:
+                rec = run.arrived[key] = [1, eff]
+            else:
+                rec[0] += 1
+                if eff > rec[1]:
+                    rec[1] = eff
+            wait_row = run.waiting[c]
+            if wait_row[q] == s and rec[0] == plan.need[s][q]:
+                wait_row[q] = -1
                 del run.arrived[key]
-                eff = run.last.pop(key)
+                eff = rec[1]
                 if eff > now:
                     seq += 1
                     push(heap, (eff, seq, EV_STEP, (run, c, q, s + 1)))
