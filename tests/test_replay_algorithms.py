@@ -52,6 +52,12 @@ def test_hierarchical_is_intra_reduce_scatter_inter_all_reduce_intra_all_gather(
     assert len(intra) == 6 and len(inter) == 2
     assert {int(x) for st in inter for x in st.size_bytes} == {8192 // 8}
     assert build_schedule("hierarchical", C.ALL_REDUCE, 8, 8192).algorithm == "hierarchical"
+    rs = build_schedule("hierarchical", C.REDUCE_SCATTER, 8, 8192, node_of=node_of)
+    ag = build_schedule("hierarchical", C.ALL_GATHER, 8, 8192, node_of=node_of)
+    assert [int(st.size_bytes[0]) for st in rs.steps] == [2048] * 3 + [1024]
+    assert [int(st.size_bytes[0]) for st in ag.steps] == [1024] + [2048] * 3
+    # per rank: L-1 intra-node steps of S/L and M-1 inter-node steps of S/n
+    assert sent_per_rank(ag, 8).tolist() == [3 * 2048 + 1024] * 8
 
 
 def test_other_collectives_step_counts():

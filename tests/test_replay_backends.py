@@ -84,3 +84,20 @@ def test_per_device_group_breakdown_on_mixed_cluster():
     assert len(names) == len({cluster.group_of(x).name for x in range(n)}) >= 2
     assert sum(len(g.ranks) for g in r.groups) == n
     assert r.iteration_ns == max(g.iteration_ns for g in r.groups)
+
+
+@pytest.mark.parametrize("ctype", ["ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER"])
+def test_hierarchical_on_two_dgx_nodes_closed_form_matches_flows_and_beats_flat_ring(ctype):
+    from replay_helpers import coll
+
+    from xsim_trace.graph.kinds import CollectiveType
+
+    cluster = load_cluster("dgx-h100:2")
+    traces = {r: trace(r, [coll(1, 64 << 20, ctype=CollectiveType[ctype])]) for r in range(16)}
+    be = backend("analytical", cluster)
+    hier = ReplaySettings.from_cli([f"{ctype.lower()}=hierarchical"], chunks=2)
+    a = replay(traces, be, hier, cluster=cluster)
+    b = replay(traces, be, hier, cluster=cluster, closed_form=False)
+    assert a.iteration_ns == b.iteration_ns and a.stats.flows == 0 and b.stats.flows > 0
+    flat = replay(traces, be, ReplaySettings(chunks=2), cluster=cluster)
+    assert a.iteration_ns < flat.iteration_ns  # fewer bytes over the 50 GB/s NICs

@@ -146,9 +146,18 @@ def tree(ctype: int, n: int, chunk: int, root: int = 0) -> list[Step]:
 
 
 def hierarchical(ctype: int, n: int, chunk: int, root: int = 0, node_of: Sequence[int] | None = None) -> list[Step]:
-    """All-reduce as intra-node ring reduce-scatter, inter-node ring all-reduce of each slice
-    between same-index members, intra-node ring all-gather."""
-    if node_of is None or ctype != C.ALL_REDUCE:
+    """Two-level rings over L members per node and M nodes (members with the same index in their
+    node form the inter-node rings):
+
+    * all-reduce: intra-node reduce-scatter (S/L per step), inter-node all-reduce of each slice
+      (S/(L*M)), intra-node all-gather (S/L);
+    * reduce-scatter: intra-node reduce-scatter (S/L), then inter-node reduce-scatter (S/(L*M));
+    * all-gather: inter-node all-gather of the own piece (S/(L*M)), then intra-node all-gather of
+      the gathered slices (S/L).
+
+    Needs the same number of members on every node; otherwise, and for other collectives, ring.
+    """
+    if node_of is None or ctype not in (C.ALL_REDUCE, C.REDUCE_SCATTER, C.REDUCE_SCATTER_BLOCK, C.ALL_GATHER):
         return ring(ctype, n, chunk, root)
     by_node: dict[int, list[int]] = {}
     for p, nd in enumerate(node_of):
@@ -159,6 +168,14 @@ def hierarchical(ctype: int, n: int, chunk: int, root: int = 0, node_of: Sequenc
         return ring(ctype, n, chunk, root)
     lsize, nodes = len(locals_[0]), len(locals_)
     slices = [[g[j] for g in locals_] for j in range(lsize)]
+    if ctype in (C.REDUCE_SCATTER, C.REDUCE_SCATTER_BLOCK):
+        return _ring_steps(locals_, lsize - 1, chunk // lsize, True) + _ring_steps(
+            slices, nodes - 1, chunk // (lsize * nodes), True
+        )
+    if ctype == C.ALL_GATHER:
+        return _ring_steps(slices, nodes - 1, chunk // (lsize * nodes), False) + _ring_steps(
+            locals_, lsize - 1, chunk // lsize, False
+        )
     return (
         _ring_steps(locals_, lsize - 1, chunk // lsize, True)
         + _ring_steps(slices, nodes - 1, chunk // (lsize * nodes), True)
