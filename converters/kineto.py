@@ -504,6 +504,7 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
         A.META_SOURCE: "xsim-convert kineto",
         A.META_MEASURED_STEP_NS: sel.duration_ns,
         A.META_STEP: sel.number if sel.number is not None else -1,
+        A.META_STEP_START_NS: sel.start_ns,  # ranks of one host share this clock: their relative start
         A.META_DEVICE: device,
     }
     return RankGraph(rank, b, sel, comm_ops, meta, kt.name, stats)

@@ -87,13 +87,18 @@ def test_dlrm_kernel_time_preserved():
 
 def test_dlrm_measured_step_metadata_and_spread():
     conv = dlrm_conversion()
+    starts = {}
     for rank, trace in conv.traces.items():
         md = trace.metadata
         assert md.attr(A.META_STEP) == 10 and md.attr(A.META_RANK) == rank and md.attr(A.META_WORLD_SIZE) == 8
         assert md.attr(A.META_DEVICE) == "Tesla V100-SXM2-32GB"
+        starts[rank] = md.attr(A.META_STEP_START_NS)
         assert trace.measured_step_ns == round(DLRM_STEP_MS[rank] * 1e6)
         # replaying with measured durations reproduces each rank's own step time
         assert measured_replay(trace).makespan_ns == trace.measured_step_ns
+    # the spread is where each rank entered the step: all ranks end it within 1 ms of each other
+    ends = [starts[r] + conv.traces[r].measured_step_ns for r in range(8)]
+    assert max(ends) - min(ends) < 1_000_000 and max(starts.values()) - min(starts.values()) > 7_000_000
 
 
 def test_dlrm_device_nodes_start_where_measured():

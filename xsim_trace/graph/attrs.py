@@ -108,3 +108,5 @@ KIND_OF.update({
 MODULE = "module"  # string: innermost nn.Module / annotation scope a node ran under (Megatron names)
 LAUNCH_OP = "launch_op"  # string: the CPU op that launched a GPU node
 KIND_OF.update({MODULE: AttrKind.STRING, LAUNCH_OP: AttrKind.STRING})
+META_STEP_START_NS = "step_start_ns"  # int64: when the converted step began, on the capture's clock (ns)
+KIND_OF[META_STEP_START_NS] = AttrKind.INT64
