@@ -43,6 +43,15 @@ def test_tree_all_reduce_each_non_root_sends_half_up_per_tree():
     assert up == 2 * (n - 1) * size // 2  # two trees, n-1 edges each, half the data
 
 
+def test_tree_broadcast_and_reduce_are_one_binary_tree_from_the_root():
+    b = build_schedule("tree", C.BROADCAST, 8, 1000)
+    assert [sorted(zip(st.src.tolist(), st.dst.tolist())) for st in b.steps] == [
+        [(0, 1), (0, 2)], [(1, 3), (1, 4), (2, 5), (2, 6)], [(3, 7)]]
+    r = build_schedule("tree", C.REDUCE, 8, 1000)
+    assert len(r.steps) == 3 and all(st.reduce for st in r.steps) and r.steps[-1].dst.tolist() == [0, 0]
+    assert sent_per_rank(b, 8).sum() == 7 * 1000
+
+
 def test_hierarchical_is_intra_reduce_scatter_inter_all_reduce_intra_all_gather():
     node_of = [0, 0, 0, 0, 1, 1, 1, 1]
     s = build_schedule("hierarchical", C.ALL_REDUCE, 8, 8192, node_of=node_of)

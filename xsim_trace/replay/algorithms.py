@@ -122,6 +122,8 @@ def halving_doubling(ctype: int, n: int, chunk: int, root: int = 0) -> list[Step
 def tree(ctype: int, n: int, chunk: int, root: int = 0) -> list[Step]:
     """Double binary tree: two trees (a heap over positions and its mirror) each carry half the
     data, reduce towards the root level by level, then broadcast back."""
+    if ctype in (C.BROADCAST, C.REDUCE):
+        return _binary_tree(ctype, n, chunk, root)
     if ctype != C.ALL_REDUCE:
         return ring(ctype, n, chunk, root)
     if n == 1:
@@ -143,6 +145,19 @@ def tree(ctype: int, n: int, chunk: int, root: int = 0) -> list[Step]:
         b_dst, b_src = n - 1 - a_dst, n - 1 - a_src
         down.append(_step(np.concatenate([a_src, b_src]), np.concatenate([a_dst, b_dst]), half))
     return up + down
+
+
+def _binary_tree(ctype: int, n: int, chunk: int, root: int) -> list[Step]:
+    """Broadcast down / reduce up one binary heap tree over positions relabelled so ``root`` is 0."""
+    if n == 1:
+        return []
+    rel = np.arange(1, n, dtype=np.int64)
+    level = np.floor(np.log2(rel + 1)).astype(np.int64)
+    child, parent = (rel + root) % n, ((rel - 1) // 2 + root) % n
+    levels = range(1, int(level.max()) + 1)
+    if ctype == C.BROADCAST:
+        return [_step(parent[level == lv], child[level == lv], chunk) for lv in levels]
+    return [_step(child[level == lv], parent[level == lv], chunk, True) for lv in reversed(levels)]
 
 
 def hierarchical(ctype: int, n: int, chunk: int, root: int = 0, node_of: Sequence[int] | None = None) -> list[Step]:
