@@ -39,6 +39,7 @@ def tp_dp_step(
     """Per-rank traces and comm groups of one training step (see the module docstring)."""
     traces: dict[int, Trace] = {}
     groups = tp_dp_groups(tp, dp)
+    attr_cache: dict[tuple, tuple] = {}
     for rank in range(tp * dp):
         d, t = divmod(rank, tp)
         scale = slow_factor if rank == slow_rank else 1.0
@@ -48,9 +49,14 @@ def tp_dp_step(
         def add(name: str, ntype: NodeType, deps, **attrs) -> int:
             nid = len(nodes)
             dur = attrs.pop("dur", 0)
-            nodes.append(
-                make_node(nid, name, ntype, data_deps=[x for x in deps if x is not None], duration_micros=dur // 1000, **({A.DURATION_NS: dur} if dur else {}), **attrs)
-            )
+            if dur:
+                attrs[A.DURATION_NS] = dur
+            key = tuple(sorted(attrs.items()))
+            attr_tuple = attr_cache.get(key)
+            if attr_tuple is None:  # nodes of a kind share their (immutable) attributes
+                attr_tuple = attr_cache[key] = make_node(0, "", ntype, **attrs).attrs
+            nodes.append(Node(id=nid, name=name, type=ntype, data_deps=tuple(x for x in deps if x is not None),
+                              duration_micros=dur // 1000, attrs=attr_tuple))
             return nid
 
         def gemm(name: str, deps, factor: float) -> int:
