@@ -24,7 +24,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
 from xsim_trace.graph import attrs as A
@@ -208,7 +208,8 @@ def default_num_npus(w: Workload) -> int:
 
 
 def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: int = 1,
-                     time_unit: str = "auto", source: str = "") -> TextConversion:
+                     time_unit: str = "auto", source: str = "", ranks: "Sequence[int] | None" = None) -> TextConversion:
+    """One trace per rank of ``num_npus`` (or only ``ranks`` of them: large worlds, spot checks)."""
     world = num_npus or default_num_npus(w)
     if world < 1:
         raise ConfigError(f"expected a positive number of NPUs, found {world}", field="num_npus")
@@ -223,7 +224,9 @@ def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: in
     flat = given is None and w.parallelism not in ("DATA", "MODEL")
     layout = Layout(world, tp, max(1, w.params.get("ep", 1)), flat)
     traces = {}
-    for rank in range(world):
+    for rank in (range(world) if ranks is None else ranks):
+        if not 0 <= rank < world:
+            raise ConfigError(f"rank {rank} is outside the {world} NPUs", field="ranks")
         nodes = _rank_nodes(w, rank, layout, num_passes, scale)
         traces[rank] = Trace(metadata=make_metadata(), nodes=tuple(nodes), rank=rank, source=source)
     groups = dict(sorted(layout.groups.items(), key=lambda kv: (kv[0] != "0", int(kv[0]) if kv[0].isdigit() else 0)))

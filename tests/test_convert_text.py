@@ -74,7 +74,9 @@ def test_aicb_gpt13b_tp8():
 
 def test_aicb_moe_groups_with_ep_suffixes():
     path = need(TEXT / "workload_analytical.txt")
-    conv = convert_text_file(path, num_npus=64)  # TP 2 x DP 32, EP 16
+    w = parse_workload(path.read_text(), str(path))
+    conv = convert_workload(w, num_npus=64, ranks=[0])  # TP 2 x DP 32, EP 16; rank 0 only
+    assert list(conv.traces) == [0]
     t = conv.traces[0]
     groups = conv.comm_groups
     kinds = Counter((n.attr(A.COMM_KIND), len(groups[n.pg_name])) for n in t.nodes if n.type == NodeType.COMM_COLL)
