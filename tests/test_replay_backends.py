@@ -101,3 +101,11 @@ def test_hierarchical_on_two_dgx_nodes_closed_form_matches_flows_and_beats_flat_
     assert a.iteration_ns == b.iteration_ns and a.stats.flows == 0 and b.stats.flows > 0
     flat = replay(traces, be, ReplaySettings(chunks=2), cluster=cluster)
     assert a.iteration_ns < flat.iteration_ns  # fewer bytes over the 50 GB/s NICs
+
+
+def test_trace_larger_than_cluster_is_a_config_error():
+    from xsim_trace.errors import ConfigError
+
+    cluster = load_cluster("dgx-h100:1")
+    with pytest.raises(ConfigError, match="field cluster: the trace has 9 ranks but the cluster only 8 devices"):
+        replay(all_reduce_workload(9, 1024), backend("analytical", cluster), cluster=cluster)
