@@ -43,7 +43,8 @@ WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "hipStreamWaitEvent"})
 RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "hipEventRecord"})
 LAUNCH_CALLS_KERNEL = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                                  "cudaLaunchCooperativeKernel", "hipLaunchKernel", "hipExtLaunchKernel"})
-_LAYER = re.compile(r"(?:layers?[._]|Layer_|layer_|TransformerLayer_?)(\d+)")
+#: a layer-sized scope and its index: ``layers.3``, ``layer_3``, ``DecoderLayer_3``, ``TransformerLayer_3``, ``Block_3``
+_LAYER = re.compile(r"(?:\blayers?[._]|(?:Decoder|Encoder|Transformer)?Layer_|Block_|\bh\.)(\d+)")
 CPU_STREAM_BASE = -1  # host thread k (main thread first) gets stream -1 - k
 
 
@@ -165,17 +166,24 @@ _OP_LIKE_ANNOTATIONS = ("nccl:", "c10d::", "gloo:", "aten::")
 
 
 def _scope_names(stack: list[Event]) -> tuple[str, str]:
-    """(op name, module / annotation scope) for an enclosing stack, innermost last."""
+    """(op name, scope) for an enclosing stack, innermost last.  The scope is the innermost
+    nn.Module / annotation, prefixed by the enclosing layer module when there is one
+    (``Qwen2DecoderLayer_3/Qwen2Attention_3``, ``ParallelTransformerLayer_7/ParallelMLP_7``)."""
     op = ""
     module = ""
+    layer_scope = ""
     for e in reversed(stack):
         is_op = e.cat == "cpu_op" or e.name.startswith(_OP_LIKE_ANNOTATIONS)
         if not op and is_op:
             op = e.name
-        if not module and not is_op and (e.cat == "python_function" or (e.cat == "user_annotation" and not e.name.startswith(STEP_PREFIX))):
-            module = e.name[len("nn.Module: "):] if e.name.startswith("nn.Module: ") else e.name
-        if op and module:
-            break
+        if not is_op and (e.cat == "python_function" or (e.cat == "user_annotation" and not e.name.startswith(STEP_PREFIX))):
+            name = e.name[len("nn.Module: "):] if e.name.startswith("nn.Module: ") else e.name
+            if not module:
+                module = name
+            if not layer_scope and _LAYER.search(name):
+                layer_scope = name
+    if layer_scope and layer_scope != module:
+        module = f"{layer_scope}/{module}"
     if not op and stack:
         top = stack[-1]
         op = "" if top.name.startswith(STEP_PREFIX) else top.name

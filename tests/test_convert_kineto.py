@@ -242,3 +242,20 @@ def test_small_synthetic_trace_edges(tmp_path):
     rep = measured_replay(trace)
     assert rep.end_ns[add.id] == 34_000 and rep.end_ns[relu.id] == 42_000
     assert rep.cpu_end_ns == 100_000 and trace.measured_step_ns == 100_000
+
+
+def test_module_and_layer_names_from_nn_module_scopes():
+    """TraceLens H100 Qwen1.5-0.5B capture (with_modules): nn.Module scopes name nodes; 24 decoder layers."""
+    from converters.kineto import convert_kineto, read_ranks
+    from converters.sources import resolve_inputs
+    from convert_helpers import SHARED_TRACES, need
+
+    path = need(SHARED_TRACES / "kineto" / "tracelens_h100_qwen05b")
+    trace = convert_kineto(read_ranks(resolve_inputs(path))).traces[0]
+    kernels = [n for n in trace.nodes if not n.is_cpu_op and not n.attr(A.DELAY)]
+    layers = Counter(n.attr(A.LAYER) for n in kernels if n.attr(A.LAYER) is not None)
+    assert sorted(layers) == list(range(24)) and len(set(layers.values())) == 1
+    attn = [n for n in kernels if (n.attr(A.MODULE) or "").startswith("Qwen2DecoderLayer_5/Qwen2Attention_5")]
+    assert attn and all(n.attr(A.LAYER) == 5 for n in attn)
+    assert any(n.name.startswith("Qwen2DecoderLayer_5/Qwen2Attention_5/aten::") for n in trace.nodes if n.is_cpu_op)
+    assert trace.metadata.attr(A.META_DEVICE) == "NVIDIA H100 80GB HBM3"
