@@ -178,3 +178,41 @@ def test_cli_generate(tmp_path, capsys):
     assert main(["generate", "--model", "llama2-7b", "--tp", "5", "--out", str(tmp_path / "bad")]) == 2
     assert "tp 5 does not divide heads 32" in capsys.readouterr().err
     assert not list(tmp_path.glob("bad*"))
+
+
+def test_host_bound_pass_by_hand():
+    import dataclasses
+
+    from xsim_trace.devices.compute import KernelClass
+    from xsim_trace.workload.ops import ComputeOp
+
+    program, timer = setup(small_llama(), Framework(global_batch=1))
+    dev = dataclasses.replace(timer.device, host_op_overhead_ns=10_000, kernel_overhead_ns=1_000)
+    t = type(timer)(dev, timer.links, timer.fw)
+    tiny = ComputeOp("tiny", KernelClass.ELEMENTWISE, 0, 0)  # 1 us on the device, 10 us to issue
+    assert t.pass_ns([tiny] * 5, 0) == 5 * 10_000 + 1_000  # host bound: last issue + its run
+    big = ComputeOp("big", KernelClass.OTHER, 0, 0, kernels=100, host_weight=0.01)  # 100 us device, 10 us host
+    assert t.pass_ns([big] * 3, 0) == 10_000 + 3 * 100_000  # device bound
+
+
+def test_host_launch_nodes_and_replay_with_host_overhead():
+    import dataclasses
+
+    replay_mod = pytest.importorskip("xsim_trace.replay")
+    from xsim_trace.cluster import load_cluster
+    from xsim_trace.network.registry import make_backend
+    from xsim_trace.network.topology import build_topology
+
+    program, timer = setup(small_llama(), FW)
+    timer = type(timer)(dataclasses.replace(timer.device, host_op_overhead_ns=50_000), timer.links, timer.fw)
+    wl = generate(program, timer)
+    assert check_rank_set(wl.traces, wl.comm_groups) == []
+    cpu = [n for n in wl.traces[0].nodes if n.is_cpu_op]
+    gpu = [n for n in wl.traces[0].nodes if n.type == NodeType.COMP and not n.is_cpu_op]
+    assert cpu and all(n.duration_ns in (25_000, 50_000) or n.name.startswith("launch_") for n in cpu)
+    cluster = load_cluster("dgx-h100:1")
+    res = replay_mod.replay(wl.traces, make_backend("analytical", build_topology(cluster)), comm_groups=wl.comm_groups, cluster=cluster)
+    est = estimate(program, timer)
+    assert res.iteration_ns == pytest.approx(est.step_ns, rel=0.10)
+    assert est.step_ns > 1.5 * estimate(*setup(small_llama(), FW)).step_ns  # host bound now
+    assert len(gpu) >= len(cpu)

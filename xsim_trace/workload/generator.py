@@ -65,6 +65,7 @@ class _RankBuilder:
         self.rank, self.program, self.timer, self.groups = rank, program, timer, groups
         self.nodes: list[Node] = []
         self.prev: int | None = None
+        self.cpu_prev: int | None = None  # last host launch node (only when host overhead is modelled)
 
     def _add(self, name: str, node_type: NodeType, deps: Iterable[int | None], **attributes) -> int:
         nid = len(self.nodes)
@@ -80,7 +81,20 @@ class _RankBuilder:
         common = {A.MICROBATCH: microbatch, A.IS_CPU_OP: False}
         if layer is not None:
             common[A.LAYER] = layer
-        dur = self.timer.op_ns(op, self.rank)
+        dur = self.timer.device_ns(op, self.rank)
+        host = self.timer.host_ns(op)
+        if host > 0:  # the host thread issues the op: a CPU node the device node waits for
+            # a pipeline recv synchronizes the host (Megatron's batch_p2p_sync) before it issues more
+            self.cpu_prev = self._add(
+                "launch_" + op.name,
+                NodeType.COMP,
+                [self.cpu_prev, *extra],
+                is_cpu_op=True,
+                duration_ns=host,
+                duration_micros=host // 1000,
+                microbatch=microbatch,
+            )
+        extra = [*extra, self.cpu_prev]
         if isinstance(op, CommOp):
             members = self.timer.group(op.kind, self.rank)
             return self.chain(

@@ -37,7 +37,8 @@ class ComputeOp:
     kernel_class: KernelClass
     flops: int
     bytes_accessed: int
-    kernels: int = 1  # how many kernel launches this op stands for (host-overhead model)
+    kernels: int = 1  # how many kernel launches this op stands for (device-overhead model)
+    host_weight: float = 1.0  # host issue cost in units of the device's host_op_overhead_ns per kernel
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +187,14 @@ def backward_of(ops: list[Op]) -> list[Op]:
         if isinstance(op, CommOp):
             out.append(CommOp(op.name + "_bwd", op.kind, _BWD_TP[op.collective], op.size_bytes))
         elif op.kernel_class is KernelClass.GEMM:
-            out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels))
-            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels))
+            # one autograd node issues both GEMMs: together they cost the forward op's host time
+            half = op.host_weight / 2
+            out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half))
+            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half))
         elif op.kernel_class is KernelClass.ATTENTION:
-            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels))
+            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels, op.host_weight))
         else:
-            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed, op.kernels))
+            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed, op.kernels, op.host_weight))
     return out
 
 
@@ -210,7 +213,7 @@ def layer_backward(model: ModelSpec, fw: Framework) -> list[Op]:
 def _renamed(op: Op, prefix: str) -> Op:
     if isinstance(op, CommOp):
         return CommOp(prefix + op.name, op.kind, op.collective, op.size_bytes)
-    return ComputeOp(prefix + op.name, op.kernel_class, op.flops, op.bytes_accessed, op.kernels)
+    return ComputeOp(prefix + op.name, op.kernel_class, op.flops, op.bytes_accessed, op.kernels, op.host_weight)
 
 
 def embedding_forward(model: ModelSpec, fw: Framework) -> list[Op]:
@@ -238,6 +241,11 @@ def head_backward(model: ModelSpec, fw: Framework) -> list[Op]:
 
 def embedding_backward(model: ModelSpec, fw: Framework) -> list[Op]:
     return backward_of(embedding_forward(model, fw))
+
+
+def pass_overhead(launches: int) -> ComputeOp:
+    """Host work of one pipeline pass outside its layers: no device work, ``launches`` launch costs."""
+    return ComputeOp("pass_overhead", KernelClass.OTHER, 0, 0, kernels=launches)
 
 
 def pp_activation_bytes(model: ModelSpec, fw: Framework) -> int:

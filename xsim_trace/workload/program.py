@@ -10,6 +10,11 @@ from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.model import ModelSpec
 
 
+#: host-side launches per pipeline pass outside the layers (schedule bookkeeping, p2p
+#: isend/irecv + wait, loss / grad scaling, micro-batch data fetch), in units of one kernel launch
+PASS_LAUNCHES = 0  # 0: off (fitting it did not lower the CI error; see docs/workload.md)
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One model chunk: ``virtual`` = global virtual-stage index (chunk * pp + stage)."""
@@ -55,7 +60,7 @@ class Program:
     def pass_ops(self, stage: int, chunk: int, forward: bool) -> list[tuple[int | None, O.Op]]:
         """(layer index or None, op) in execution order for one pass of one micro-batch."""
         c = self.chunks[(stage, chunk)]
-        out: list[tuple[int | None, O.Op]] = []
+        out: list[tuple[int | None, O.Op]] = [(None, O.pass_overhead(PASS_LAUNCHES))] if PASS_LAUNCHES else []
         layers = range(c.first_layer, c.first_layer + c.layers)
         if forward:
             if c.has_embedding:

@@ -1,5 +1,11 @@
 """Durations of the generator's ops on a device: roofline compute, alpha-beta communication, and
-a host-launch floor (a kernel cannot finish before the CPU has issued it)."""
+the host (CPU) time to issue each compute op.
+
+The host thread runs ahead of the device: a pass takes max(host issue time, device time) when
+nothing synchronizes in between (``pass_ns``); the generator reproduces this exactly by emitting
+CPU launch nodes that the device nodes depend on.  Collectives cost no modelled host time (an
+NCCL launch is cheap next to a framework module's Python cost, which is what the per-op host
+overhead stands for)."""
 
 from __future__ import annotations
 
@@ -29,8 +35,9 @@ class Timer:
         return t + op.kernels * self.device.kernel_overhead_ns
 
     def host_ns(self, op: Op) -> int:
-        kernels = op.kernels if isinstance(op, ComputeOp) else 1
-        return kernels * self.device.host_op_overhead_ns
+        if isinstance(op, CommOp):
+            return 0
+        return int(round(op.kernels * op.host_weight * self.device.host_op_overhead_ns))
 
     def group(self, kind: CommKind, rank: int) -> tuple[int, ...]:
         lay = self.layout
@@ -46,8 +53,22 @@ class Timer:
         members = self.group(op.kind, rank)
         return self.links.collective_ns(op.collective, op.size_bytes, len(members), self.links.spans_nodes(members))
 
-    def op_ns(self, op: Op, rank: int) -> int:
-        """Time the op occupies its stream: max(device time, host launch floor)."""
+    def device_ns(self, op: Op, rank: int) -> int:
+        """Time the op occupies its device stream."""
         if isinstance(op, CommOp):
-            return max(self.comm_ns(op, rank), self.host_ns(op))
-        return max(self.gpu_ns(op), self.host_ns(op))
+            return self.comm_ns(op, rank)
+        return self.gpu_ns(op)
+
+    def op_ns(self, op: Op, rank: int) -> int:
+        """Device time of one op (host issue time not included; see :meth:`pass_ns`)."""
+        return self.device_ns(op, rank)
+
+    def pass_ns(self, ops: "list[Op]", rank: int) -> int:
+        """A sequence issued by one host thread onto one stream: the later of the host finishing
+        its issue loop and the device finishing the work, with every op starting no earlier than
+        its issue (exact for a single in-order stream)."""
+        host = device = 0
+        for op in ops:
+            host += self.host_ns(op)
+            device = max(device, host) + self.device_ns(op, rank)
+        return device
