@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import chain
 from typing import Any, ClassVar
 
 import numpy as np
@@ -151,8 +152,9 @@ class FlowLevelBackend(FlowChecks):
         """Parallel water-filling: every link whose fair share is no larger than the smallest share
         seen by any of its flows is a true bottleneck; all of them are frozen in one pass (the
         sequential progressive filling gives the same rates, in as many passes as rate levels)."""
-        lens = np.fromiter((len(f.links) for f in comp), dtype=np.int64, count=len(comp))
-        pl_glob = np.fromiter((l for f in comp for l in f.links), dtype=np.int64, count=int(lens.sum()))
+        routes = [f.links for f in comp]
+        lens = np.fromiter(map(len, routes), dtype=np.int64, count=len(comp))
+        pl_glob = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=int(lens.sum()))
         k = len(comp)
         pf = np.repeat(np.arange(k), lens)
         starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
