@@ -83,6 +83,16 @@ def test_pipeline_runner_without_communication_is_the_schedule_formula():
     assert r["max_bubble_fraction"] == pytest.approx(3 / 11, abs=1e-6)
 
 
+def test_pipeline_runner_fixed_global_batch_splits_work():
+    # 64 samples, dp 2, 4 micro-batches -> 8 samples each: F = 8 samples x 2 layers x 10 us = 160 us
+    base = {"schedule": "gpipe", "stages": 2, "layers": 4, "fwd_ns_per_layer": 10_000, "activation_bytes": 0,
+            "global_batch": 64, "dp": 2, "microbatches": 4}
+    r = pipeline_runner(base)
+    assert r["pipeline_ns"] == (4 + 2 - 1) * 3 * 160_000
+    with pytest.raises(Exception, match="multiple of dp x microbatches = 6"):
+        pipeline_runner({**base, "microbatches": 3})
+
+
 @pytest.mark.skipif(not ns3_available(), reason="ns3 extra not installed (pip install -e .[ns3])")
 @pytest.mark.ns3
 def test_pipeline_runner_on_ns3_adds_measured_transfers():
@@ -130,5 +140,6 @@ def test_54_plans_on_a_local_ray_instance(tmp_path):
     best = ranked(out.records, "iteration_ns")[0]
     # more micro-batches only add bubble-free work here; the best plan has the fewest of them
     assert best["params"]["microbatches"] == 4
+    assert best["result"]["iteration_ns"] == min(r["result"]["iteration_ns"] for r in out.records)
     again = run_sweep(spec, tmp_path, ray_address="local", jobs=2)
     assert (again.ran, again.skipped) == (0, 54)

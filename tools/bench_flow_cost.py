@@ -48,6 +48,10 @@ def bench(name: str, flows: list[TimedFlow], ranks: int, bw: float, lat: int) ->
     finally:
         close_backend(backend)
     t2 = time.perf_counter()
+    ops = getattr(backend, "op_stats", None)
+    if ops:
+        print("    " + name + " worker time by request: " + ", ".join(
+            f"{op} {n} x {tot / n * 1e3:.1f} ms" for op, (n, tot) in sorted(ops.items())), file=sys.stderr)
     total_mb = sum(f.flow.size_bytes for f in flows) / 1e6
     return {"backend": name, "flows": len(flows), "makespan_ns": max(finish.values()), "setup_s": t1 - t0,
             "run_s": t2 - t1, "us_per_flow": (t2 - t1) / len(flows) * 1e6, "ms_per_MB": (t2 - t1) / total_mb * 1e3}

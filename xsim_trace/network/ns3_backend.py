@@ -328,6 +328,8 @@ class Ns3Backend:
         self._routes: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
         self.flows_started = 0
         self.wall_s = 0.0
+        #: op -> (requests, wall seconds) spent in the worker, for cost breakdowns
+        self.op_stats: dict[str, tuple[int, float]] = {}
         t0 = time.perf_counter()
         try:
             hello = self._worker.request(
@@ -355,7 +357,11 @@ class Ns3Backend:
             self._worker.kill()
             raise
         finally:
-            self.wall_s += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.wall_s += dt
+            op = str(msg.get("op"))
+            n, total = self.op_stats.get(op, (0, 0.0))
+            self.op_stats[op] = (n + 1, total + dt)
 
     def _paths(self, src: int, dst: int) -> tuple[list[int], list[int]]:
         key = (src, dst)

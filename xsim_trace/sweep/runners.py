@@ -11,7 +11,9 @@ Built-in runners:
              ``microbatches`` (8), ``chunks`` (1), ``layers`` (32), ``fwd_ns_per_layer`` (1e6),
              ``bwd_ns_per_layer`` (2 x forward), ``activation_bytes`` (16 MiB, one stage-to-stage
              transfer), ``dp`` (1), ``grad_bytes`` (0, the whole model's gradient), ``bw_GBps`` (25),
-             ``latency_ns`` (1000), ``backend`` (analytical).  Ranks: replica d, stage s is rank
+             ``latency_ns`` (1000), ``backend`` (analytical); with ``global_batch`` the forward/backward
+             times and activation bytes are per sample and a micro-batch holds
+             ``global_batch / (dp * microbatches)`` samples (a fixed-batch search).  Ranks: replica d, stage s is rank
              ``d * stages + s`` on one switch.  ``p2p_ns`` = one activation transfer on the idle network
              (backend); the schedule's timeline (:func:`xsim_trace.rewrite.schedules.analytic_timeline`)
              gives ``pipeline_ns``; the gradient all-reduce is a ring over the replicas of every stage at
@@ -87,7 +89,7 @@ def network_runner(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _PIPELINE_PARAMS = ("schedule", "stages", "microbatches", "chunks", "layers", "fwd_ns_per_layer", "bwd_ns_per_layer",
-                    "activation_bytes", "dp", "grad_bytes", "bw_GBps", "latency_ns", "backend")
+                    "activation_bytes", "dp", "grad_bytes", "bw_GBps", "latency_ns", "backend", "global_batch")
 
 
 def _phase_ns(backend: Any, flows: list[Flow], start_ns: int) -> int:
@@ -110,6 +112,13 @@ def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     fwd = p.num("fwd_ns_per_layer", 1e6)
     bwd = p.num("bwd_ns_per_layer", 2 * fwd)
     act = p.int("activation_bytes", 16 << 20, 0)
+    if "global_batch" in params:  # per-sample costs; a micro-batch is global_batch / (dp x microbatches) samples
+        gb = p.int("global_batch", 1, 1)
+        if gb % (dp * mb):
+            raise ConfigError(f"expected a multiple of dp x microbatches = {dp * mb}, found {gb}",
+                              field="global_batch")
+        samples = gb // (dp * mb)
+        fwd, bwd, act = fwd * samples, bwd * samples, act * samples
     grad = p.int("grad_bytes", 0, 0)
     ranks = max(2, stages * dp)
     topology = star_topology(ranks, p.num("bw_GBps", 25.0), p.int("latency_ns", 1000))
