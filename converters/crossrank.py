@@ -80,6 +80,7 @@ def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> 
     """
     groups: dict[str, tuple[int, ...]] = {}
     sequences: dict[str, dict[int, list[str]]] = {}
+    uneven: dict[tuple[str, int], list] = {}  # coll-mode all-to-alls by (pg, issue index)
     for r in ranks:
         issue: dict[str, int] = {}
         pair_count: dict[tuple[str, int, int], int] = {}
@@ -101,6 +102,8 @@ def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> 
                 else:
                     node.attrs[A.COMM_TYPE] = int(info.coll)  # type: ignore[arg-type]
                     node.attrs[A.COMM_SIZE] = info.size_bytes
+                    if info.coll is CollectiveType.ALL_TO_ALL:
+                        uneven.setdefault((pg, index), []).append(node)
                 continue
             peer = info.peer
             if peer is None:
@@ -114,6 +117,11 @@ def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> 
             pair_count[key] = pair_count.get(key, 0) + 1
             node.type = NodeType.COMM_SEND if info.kind is CommKind.SEND else NodeType.COMM_RECV
             node.attrs.update({A.COMM_SRC: src, A.COMM_DST: dst, A.COMM_TAG: tag, A.COMM_SIZE: info.size_bytes})
+    # an uneven all-to-all moves different bytes per rank; one COMM_COLL needs one size: the largest
+    for nodes in uneven.values():
+        size = max(n.attrs[A.COMM_SIZE] for n in nodes)
+        for n in nodes:
+            n.attrs[A.COMM_SIZE] = size
     for pg, per_rank in sorted(sequences.items()):
         seqs = {tuple(v) for v in per_rank.values()}
         if len(seqs) > 1:

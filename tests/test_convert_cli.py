@@ -32,6 +32,7 @@ def test_xsim_convert_alias_and_step_all(tmp_path, capsys):
     rs = read_rank_set(out)
     assert rs.traces[0].metadata.attr("profiler_step") == -1
     assert sum(1 for n in rs.traces[0].nodes if n.comm_type is not None and n.comm_type.name == "ALL_TO_ALL") >= 5
+    assert check_rank_set(rs.traces, rs.comm_groups) == []  # uneven all-to-alls get one size per collective
 
 
 def test_convert_text(tmp_path, capsys):
