@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import math
 import statistics
 import sys
 from dataclasses import dataclass

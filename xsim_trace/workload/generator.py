@@ -23,7 +23,7 @@ from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace, comm_groups_to_json, make_metadata, make_node
 from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, GRAD_BYTES, OPT_LAUNCHES_PER_TENSOR, PARAM_BYTES, _buckets
 from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.ops import CommKind, CommOp, ComputeOp, pp_activation_bytes
+from xsim_trace.workload.ops import CommKind, CommOp, pp_activation_bytes
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.schedule import stage_order
 from xsim_trace.workload.timing import Timer

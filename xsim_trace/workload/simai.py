@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 
-from xsim_trace.devices.compute import KernelClass
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.io import atomic_write
 from xsim_trace.workload import ops as O
