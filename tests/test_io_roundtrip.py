@@ -153,3 +153,13 @@ def test_atomic_write_leaves_nothing_on_error(tmp_path):
             h.write("half")
             raise ValueError
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_atomic_write_output_has_umask_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with atomic_write(tmp_path / "r.json") as h:
+            h.write("{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
