@@ -69,6 +69,8 @@ class FlowLevelBackend(FlowChecks):
         self._on_link: dict[int, dict[_F, None]] = {}
         self._heap: list[tuple[int, int, int, _F, int]] = []
         self._seq = 0
+        self._vseq = 0  # versions are globally unique, so entries pushed and rolled back stay stale
+        self._popped: list[tuple] | None = None  # heap entries popped while speculating
         self._fseq = 0
         self._t = 0  # time up to which internal events are processed
         self._dirty: set[int] = set()  # links whose component needs new rates at time self._t
@@ -76,7 +78,7 @@ class FlowLevelBackend(FlowChecks):
         # speculation journal (None when not speculating)
         self._journal: dict[_F, tuple] | None = None
         self._removed: list[_F] = []
-        self._spec: tuple[list, int, int, set[int], int | None] | None = None
+        self._spec: tuple[int, set[int], int | None] | None = None
         self._paths: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
         self.flows_started = 0
         self.recomputes = 0
@@ -87,6 +89,16 @@ class FlowLevelBackend(FlowChecks):
         j = self._journal
         if j is not None and f not in j:
             j[f] = f.state()
+
+    def _bump(self, f: _F) -> None:
+        self._vseq += 1
+        f.ver = self._vseq
+
+    def _pop(self) -> tuple:
+        e = heapq.heappop(self._heap)
+        if self._popped is not None:
+            self._popped.append(e)
+        return e
 
     def _push(self, t: int, kind: int, f: _F) -> None:
         self._seq += 1
@@ -206,7 +218,7 @@ class FlowLevelBackend(FlowChecks):
                 f.rate = r
                 rem = f.rem if f.rem > 0 else 0.0
                 f.te = t + _ceil_ns(rem / r)
-                f.ver += 1
+                self._bump(f)
                 self._push(f.te, _TX_END, f)
 
     # ---- event loop -----------------------------------------------------------------------------
@@ -215,7 +227,7 @@ class FlowLevelBackend(FlowChecks):
         while h:
             e = h[0]
             if e[4] != e[3].ver:
-                heapq.heappop(h)
+                self._pop()
                 continue
             return e
         return None
@@ -234,12 +246,12 @@ class FlowLevelBackend(FlowChecks):
             if t > self._t:
                 self._flush()
                 self._t = t
-            heapq.heappop(self._heap)
+            self._pop()
             f = e[3]
             if e[1] == _DONE:
                 self._touch(f)
                 f.phase = 2
-                f.ver += 1
+                self._bump(f)
                 self._finished.append((t, f.fid))
                 continue
             # transmission end: leave the links, complete after the path latency
@@ -248,7 +260,7 @@ class FlowLevelBackend(FlowChecks):
             f.rem = 0.0
             f.rate = 0.0
             f.t_upd = t
-            f.ver += 1
+            self._bump(f)
             for l in f.links:
                 d = self._on_link[l]
                 del d[f]
@@ -265,20 +277,31 @@ class FlowLevelBackend(FlowChecks):
         self._spec = None
         if spec is None:
             return
-        heap, seq, t, dirty, _ = spec
+        t, dirty, _ = spec
         for f in self._removed:
             for l in f.links:
                 self._on_link.setdefault(l, {})[f] = None
-        for f, s in self._journal.items():
-            f.restore(s)
+        for f, st in self._journal.items():
+            f.restore(st)
+        for e in self._popped:  # what speculation pushed is stale now (its versions are gone)
+            heapq.heappush(self._heap, e)
         self._journal = None
         self._removed = []
-        self._heap, self._seq, self._t, self._dirty = heap, seq, t, dirty
+        self._popped = None
+        self._t, self._dirty = t, dirty
 
     def _commit(self) -> None:
         self._spec = None
         self._journal = None
         self._removed = []
+        self._popped = None
+
+    def _compact(self) -> None:
+        """Drop stale heap entries once they outnumber the live ones (not while speculating)."""
+        h = self._heap
+        if len(h) > 64 and len(h) > 4 * (len(self._active) + 1):
+            self._heap = [e for e in h if e[4] == e[3].ver]
+            heapq.heapify(self._heap)
 
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         self._check_start(flow, now_ns)
@@ -310,7 +333,7 @@ class FlowLevelBackend(FlowChecks):
 
     def next_completion_ns(self) -> int | None:
         if self._spec is not None:
-            return self._spec[4]
+            return self._spec[2]
         if self._finished:
             return min(self._finished)[0]
         self._flush()
@@ -320,9 +343,10 @@ class FlowLevelBackend(FlowChecks):
         if e[1] == _DONE:
             return e[0]
         # speculate past transmission ends
-        saved = (list(self._heap), self._seq, self._t, set(self._dirty))
+        saved = (self._t, set(self._dirty))
         self._journal = {}
         self._removed = []
+        self._popped = []
         c = self._run(math.inf, True)  # type: ignore[arg-type]
         self._spec = (*saved, c)
         return c
@@ -331,10 +355,11 @@ class FlowLevelBackend(FlowChecks):
         self._check_advance(now_ns)
         spec = self._spec
         if spec is not None:
-            if spec[4] is not None and now_ns >= spec[4]:
+            if spec[2] is not None and now_ns >= spec[2]:
                 self._commit()
             else:
                 self._rollback()
+        self._compact()
         self._now_ns = now_ns
         self._run(now_ns, False)
         if now_ns > self._t and self._dirty:
