@@ -10,6 +10,7 @@ contention the fair-share formula is (n - 1) x size / bw: flow and ns3 within 2 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,43 @@ def test_compare_cli_reports_a_bad_backend(capsys):
     assert main(["backends", "compare", "single", "--backend", "nosuch"]) == 1
     assert "nosuch" in capsys.readouterr().out
     assert main(["backends", "compare", "single", "--ranks", "1"]) == 2
+
+
+TRACES = Path(__file__).parents[1].parent / "shared" / "traces"
+RING8 = TRACES / "chakra_et" / "astra_custom_ring_8npus" / "custom_allreduce"
+needs_trace = pytest.mark.skipif(not (RING8.parent / "custom_allreduce.0.et").exists(),
+                                 reason=f"shared traces not found at {RING8.parent}")
+
+
+@needs_trace
+def test_a_real_trace_on_every_backend():
+    from xsim_trace.cluster import single_switch
+    from xsim_trace.sweep.replay_compare import compare_replay
+
+    runs = {r.backend: r for r in compare_replay(str(RING8), single_switch(8, BW, LAT), ALL)}
+    assert all(r.error is None and r.flows == 112 for r in runs.values()), runs
+    if FLUID == ["analytical", "flow"]:
+        # 112 small flows, no two sharing a link at once: the fluid models agree
+        assert runs["flow"].iteration_ns == pytest.approx(runs["analytical"].iteration_ns, rel=1e-4)
+    if "ns3" in runs and FLUID:
+        # each small flow pays a TCP handshake (1.5 RTT ~ 6 us here): packet level is slower, not absurdly
+        ref = runs[FLUID[0]].iteration_ns
+        assert ref < runs["ns3"].iteration_ns < 2 * ref
+
+
+@needs_trace
+def test_compare_cli_on_a_trace(tmp_path, capsys):
+    if not FLUID:
+        pytest.skip("no fluid backend available")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("name: ss8\ngroups:\n  - {name: g0, gpu: generic, count: 8, devices_per_node: 8,\n"
+                       "     intra_node: {kind: nvswitch, bw_GBps: 12.5, latency_ns: 1000}}\n")
+    args = ["backends", "compare", "--trace", str(RING8), "--cluster", str(cluster), "--json"]
+    for b in FLUID:
+        args += ["--backend", b]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["backend"] for r in out["runs"]] == FLUID
+    assert all(r["flows"] == 112 and r["iteration_ns"] > 0 for r in out["runs"])
+    assert main(["backends", "compare", "--trace", str(RING8)]) == 2
+    assert "--trace needs --cluster" in capsys.readouterr().err

@@ -143,3 +143,26 @@ def test_54_plans_on_a_local_ray_instance(tmp_path):
     assert best["result"]["iteration_ns"] == min(r["result"]["iteration_ns"] for r in out.records)
     again = run_sweep(spec, tmp_path, ray_address="local", jobs=2)
     assert (again.ran, again.skipped) == (0, 54)
+
+
+def test_replay_runner_sweeps_a_real_trace(tmp_path):
+    from pathlib import Path
+
+    prefix = Path(__file__).parents[1].parent / "shared" / "traces" / "chakra_et" / "astra_custom_ring_8npus"
+    if not (prefix / "custom_allreduce.0.et").exists():
+        pytest.skip(f"shared traces not found at {prefix}")
+    fluid = [b for b in ("analytical", "flow") if b in available_backends()]
+    if not fluid:
+        pytest.skip("no fluid backend available")
+    (tmp_path / "c.yaml").write_text("name: ss8\ngroups:\n  - {name: g0, gpu: generic, count: 8, devices_per_node: 8,"
+                                     "\n     intra_node: {kind: nvswitch, bw_GBps: 12.5, latency_ns: 1000}}\n")
+    spec = write_spec(tmp_path, {"runner": "replay", "base": {"trace": str(prefix / "custom_allreduce"),
+                                                              "cluster": "c.yaml"},
+                                 "grid": {"backend": fluid, "chunks": [1, 2]}})
+    from xsim_trace.sweep.spec import load_spec
+
+    out = run_sweep(load_spec(spec), tmp_path / "out", jobs=2)
+    assert not out.failed, out.failed[:1]
+    times = [r["result"]["iteration_ns"] for r in out.records]
+    assert len(times) == 2 * len(fluid) and min(times) > 0
+    assert all(r["result"]["flows"] > 0 for r in out.records)

@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--latency-ns", type=int, default=1000, help="per-link latency (default 1000)")
     c.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                    help="backend to run (repeatable; default: all available)")
+    c.add_argument("--trace", metavar="PREFIX", help="replay this rank set on each backend instead of a micro case")
+    c.add_argument("--cluster", metavar="FILE_OR_PRESET", help="cluster for --trace (file or preset, e.g. dgx-h100:2)")
+    c.add_argument("--drop-missing-deps", action="store_true", help="with --trace: drop dangling dependencies")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=_compare)
 
@@ -53,12 +56,39 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_trace(args: argparse.Namespace, names: list[str]) -> int:
+    from xsim_trace.sweep.replay_compare import compare_replay  # noqa: PLC0415
+
+    if not args.cluster:
+        raise ConfigError("--trace needs --cluster FILE_OR_PRESET", field="--cluster")
+    runs = compare_replay(args.trace, args.cluster, names, drop_missing_deps=args.drop_missing_deps)
+    if args.json:
+        json.dump({"trace": args.trace, "cluster": args.cluster, "runs": [r.as_dict() for r in runs]},
+                  sys.stdout, indent=1)
+        print()
+        return 0 if all(r.error is None for r in runs) else 1
+    print(f"trace {args.trace} on {args.cluster}")
+    ok = [r for r in runs if r.error is None]
+    ref = ok[0].iteration_ns if ok else 0
+    print(f"{'backend':<14} {'iteration ns':>14} {'vs ' + (ok[0].backend if ok else '-'):>16} {'flows':>7} "
+          f"{'setup s':>8} {'run s':>9}")
+    for r in runs:
+        if r.error:
+            print(f"{r.backend:<14} error: {r.error}")
+            continue
+        rel = (r.iteration_ns - ref) / ref * 100 if ref else 0.0
+        print(f"{r.backend:<14} {r.iteration_ns:>14} {rel:>+15.2f}% {r.flows:>7} {r.setup_s:>8.3f} {r.run_s:>9.3f}")
+    return 0 if all(r.error is None for r in runs) else 1
+
+
 def _compare(args: argparse.Namespace) -> int:
-    if args.ranks < 2:
-        raise ConfigError(f"expected at least 2 ranks, found {args.ranks}", field="--ranks")
     names = args.backends or available_backends()
     if not names:
         raise ConfigError("no network backend is available", field="--backend")
+    if args.trace:
+        return _compare_trace(args, names)
+    if args.ranks < 2:
+        raise ConfigError(f"expected at least 2 ranks, found {args.ranks}", field="--ranks")
     cmp = compare_backends(names, args.case, args.ranks, args.size, args.bw_GBps, args.latency_ns)
     no_share = ideal_ns(args.case, args.ranks, args.size, args.bw_GBps, args.latency_ns, shared=False)
     fair = ideal_ns(args.case, args.ranks, args.size, args.bw_GBps, args.latency_ns, shared=True)

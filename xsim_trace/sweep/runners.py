@@ -20,6 +20,10 @@ Built-in runners:
              once, 2(dp-1) identical steps of one chunk each (one step simulated, times 2(dp-1)) ->
              ``dp_allreduce_ns``; ``iteration_ns`` = ``pipeline_ns`` + ``dp_allreduce_ns`` (no overlap).
 
+``replay``   the replay engine on a rank set: ``trace`` (prefix), ``cluster`` (file or preset),
+             ``backend``, ``algorithm``, ``chunks``, ``in_flight``, ``p2p``, ``drop_missing_deps``.
+             Result: ``iteration_ns``, ``flows``.
+
 ``package.module:function``  any importable callable ``f(params) -> mapping`` (e.g. a replay of a trace
              on a cluster); it must return JSON-serialisable values.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 import importlib
 import math
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -159,7 +164,29 @@ def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-BUILTIN_RUNNERS: dict[str, Runner] = {"network": network_runner, "pipeline": pipeline_runner}
+_REPLAY_PARAMS = ("trace", "cluster", "backend", "algorithm", "chunks", "in_flight", "p2p", "drop_missing_deps")
+
+
+def replay_runner(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A rank set (``trace`` prefix) replayed by the engine on ``cluster`` (file or preset) over
+    ``backend``; ``algorithm`` (``ring`` or a list like ``[all_reduce=tree]``), ``chunks``,
+    ``in_flight``, ``p2p`` as for ``xsim replay``."""
+    from xsim_trace.replay import ReplaySettings  # noqa: PLC0415
+    from xsim_trace.sweep.replay_compare import load_workload, replay_on  # noqa: PLC0415
+
+    p = _Params(params, _REPLAY_PARAMS)
+    algos = params.get("algorithm") or []
+    algos = [algos] if isinstance(algos, str) else list(algos)
+    settings = ReplaySettings.from_cli(algos, chunks=p.int("chunks", 1, 1), in_flight=p.int("in_flight", 1, 1),
+                                       p2p=p.str("p2p", "eager"))
+    workload = load_workload(p.str("trace", ""), drop_missing_deps=bool(params.get("drop_missing_deps", False)))
+    run = replay_on(p.str("backend", "analytical"), workload, p.str("cluster", ""), settings)
+    return {"iteration_ns": run.iteration_ns, "flows": run.flows, "backend_setup_s": round(run.setup_s, 6),
+            "replay_s": round(run.run_s, 6)}
+
+
+BUILTIN_RUNNERS: dict[str, Runner] = {"network": network_runner, "pipeline": pipeline_runner,
+                                      "replay": replay_runner}
 
 
 def resolve_runner(name: str) -> Runner:
@@ -198,5 +225,7 @@ def execute_run(run: Mapping[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a bad run is a result, not the end of the sweep
         record["status"] = "error"
         record["error"] = f"{type(exc).__name__}: {exc}"
+        tb = traceback.extract_tb(exc.__traceback__)[-1]
+        record["where"] = f"{tb.filename}:{tb.lineno} in {tb.name}"  # an unexpected error: where it came from
     record["wall_s"] = round(time.perf_counter() - t0, 6)
     return record
