@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
                 cp=cp,
                 vpp=vpp if pp > 1 else 1,
                 ep=_int(r["ep"], 1),
-                etp=1 if "etp1" in name else 0,
+                etp=int(etp.group(1)) if (etp := re.search(r"etp(\d+)", name)) else 0,
                 sequence_parallel=r["seqpar"] == "true",
                 distributed_optimizer="dist_optimizer" in name or "dist_muon" in name,
                 zero_stage=3 if ("zp_z3" in name or "fsdp" in name) else 0,
