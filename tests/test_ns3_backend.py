@@ -187,3 +187,30 @@ def test_topology_spec_pairs_directed_links():
                           [1, 3, 200_000_000_000, 200_000_000_000, 500],
                           [2, 3, 200_000_000_000, 200_000_000_000, 500]]
     assert ns3_backend.route_vertices(StarTopology(3, 25.0, 500), 0, 2) == [0, "sw", 2]
+
+
+@needs_ns3
+@pytest.mark.ns3
+def test_persistent_connections_pay_the_handshake_once(star4):
+    size, gap = 64 * 1024, 20_000
+    seq = [TimedFlow(i * gap, Flow(i, 0, 1, size)) for i in range(4)]
+    per_flow = run(star4, seq, connections="per-flow")
+    persistent = run(star4, seq)  # the default
+    d_per = [per_flow[i] - i * gap for i in range(4)]
+    d_pst = [persistent[i] - i * gap for i in range(4)]
+    assert len(set(d_per)) == 1  # every flow: SYN, SYN-ACK, then the data
+    assert d_pst[0] == d_per[0]  # the first flow opens the connection
+    assert len(set(d_pst[1:])) == 1 and d_pst[1] < d_per[0] - 3000  # later ones skip 1.5 RTT (6 us)
+    assert formula(size) < d_pst[1] < formula(size) + 1500  # + store-and-forward of one segment, headers
+
+
+@needs_ns3
+@pytest.mark.ns3
+def test_flows_on_one_connection_finish_in_order(star4):
+    size = 8 * MiB
+    finish = run(star4, [TimedFlow(0, Flow(1, 0, 1, size)), TimedFlow(0, Flow(2, 0, 1, size))])
+    assert finish[1] == pytest.approx(formula(size), rel=TOL)  # FIFO byte stream: the first goes first
+    assert finish[2] == pytest.approx(formula(size, 2), rel=TOL)
+    both = run(star4, [TimedFlow(0, Flow(1, 0, 1, size)), TimedFlow(0, Flow(2, 0, 1, size))],
+               connections="per-flow")  # two connections share the link instead
+    assert min(both.values()) > 1.5 * formula(size)

@@ -101,9 +101,10 @@ def test_a_real_trace_on_every_backend():
         # 112 small flows, no two sharing a link at once: the fluid models agree
         assert runs["flow"].iteration_ns == pytest.approx(runs["analytical"].iteration_ns, rel=1e-4)
     if "ns3" in runs and FLUID:
-        # each small flow pays a TCP handshake (1.5 RTT ~ 6 us here): packet level is slower, not absurdly
+        # persistent TCP connections: handshakes once per pair, then headers and per-packet
+        # store-and-forward on small flows: measured +7.9 % (per-flow connections: +47 %)
         ref = runs[FLUID[0]].iteration_ns
-        assert ref < runs["ns3"].iteration_ns < 2 * ref
+        assert ref < runs["ns3"].iteration_ns < 1.15 * ref
 
 
 @needs_trace

@@ -56,6 +56,10 @@ class Ns3Config:
     queue_packets: int = 1000
     send_size_bytes: int = 1 << 16
     del_ack_count: int = 2
+    #: "persistent": one TCP connection per (src, dst) pair, opened by its first flow and reused, flows
+    #: are consecutive byte ranges of its stream (FIFO), like NCCL's long-lived connections;
+    #: "per-flow": a new TCP connection (handshake, slow start) for every flow
+    connections: str = "persistent"
     #: further NS-3 attribute defaults as (name, text value), e.g. ("ns3::TcpL4Protocol::SocketType", "ns3::TcpNewReno")
     defaults: tuple[tuple[str, str], ...] = ()
     #: wall-clock limit for one request to the worker (seconds)
@@ -69,6 +73,8 @@ class Ns3Config:
         for name in ("tcp_buffer_bytes", "queue_packets", "send_size_bytes", "del_ack_count"):
             if int(getattr(self, name)) < 1:
                 raise BackendError(f"expected a positive integer, found {getattr(self, name)}", field=name)
+        if self.connections not in ("persistent", "per-flow"):
+            raise BackendError(f"expected 'persistent' or 'per-flow', found {self.connections!r}", field="connections")
         if self.timeout_s <= 0 or self.startup_timeout_s <= 0:
             raise BackendError("expected positive timeouts", field="timeout_s")
 

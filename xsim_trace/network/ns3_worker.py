@@ -34,10 +34,21 @@ import time
 from typing import Any
 
 _TRACKER_CPP = r"""
+#include <algorithm>
 #include <cstdint>
+#include <deque>
+#include <utility>
 #include <vector>
 namespace xsimns {
+// One long-lived TCP connection per (src, dst): flows are byte ranges of its stream, in FIFO order.
+struct Pair {
+  ns3::Ptr<ns3::Socket> sock;
+  uint64_t queued = 0, sent = 0, received = 0;
+  std::deque<std::pair<uint64_t, uint32_t>> pending;  // (end offset in the stream, flow index)
+};
 struct Tracker {
+  static std::vector<Pair> pairs;
+  static uint32_t send_size;
   static std::vector<uint64_t> target;
   static std::vector<uint64_t> got;
   static std::vector<int64_t> done_ns;
@@ -58,6 +69,55 @@ struct Tracker {
   static void Connect(ns3::Ptr<ns3::Application> sink, uint32_t idx) {
     sink->TraceConnectWithoutContext("Rx", ns3::MakeBoundCallback(&Tracker::OnRx, idx));
   }
+  static void Finish(uint32_t idx) {
+    done_ns[idx] = ns3::Simulator::Now().GetNanoSeconds();
+    fresh.push_back(idx);
+    if (stop_on_done) ns3::Simulator::Stop();
+  }
+  static void Pump(uint32_t id) {
+    Pair& p = pairs[id];
+    while (p.sent < p.queued) {
+      uint32_t avail = p.sock->GetTxAvailable();
+      if (avail == 0) break;
+      uint64_t n = std::min<uint64_t>(std::min<uint64_t>(avail, p.queued - p.sent), send_size);
+      int r = p.sock->Send(ns3::Create<ns3::Packet>(static_cast<uint32_t>(n)));
+      if (r <= 0) break;
+      p.sent += static_cast<uint64_t>(r);
+    }
+  }
+  static void OnSpace(uint32_t id, ns3::Ptr<ns3::Socket>, uint32_t) { Pump(id); }
+  static void OnPairRx(uint32_t id, ns3::Ptr<const ns3::Packet> pkt, const ns3::Address&) {
+    Pair& p = pairs[id];
+    p.received += pkt->GetSize();
+    while (!p.pending.empty() && p.pending.front().first <= p.received) {
+      uint32_t idx = p.pending.front().second;
+      p.pending.pop_front();
+      got[idx] = target[idx];
+      Finish(idx);
+    }
+  }
+  static uint32_t OpenPair(ns3::Ptr<ns3::Node> src, ns3::Ptr<ns3::Node> dst, ns3::Ipv4Address dst_addr,
+                           uint16_t port) {
+    ns3::PacketSinkHelper sinkh("ns3::TcpSocketFactory",
+                                ns3::InetSocketAddress(ns3::Ipv4Address::GetAny(), port));
+    ns3::ApplicationContainer apps = sinkh.Install(dst);
+    apps.Start(ns3::Seconds(0));
+    uint32_t id = static_cast<uint32_t>(pairs.size());
+    pairs.emplace_back();
+    apps.Get(0)->TraceConnectWithoutContext("Rx", ns3::MakeBoundCallback(&Tracker::OnPairRx, id));
+    ns3::Ptr<ns3::Socket> s = ns3::Socket::CreateSocket(src, ns3::TcpSocketFactory::GetTypeId());
+    s->Bind();
+    s->Connect(ns3::InetSocketAddress(dst_addr, port));
+    s->SetSendCallback(ns3::MakeBoundCallback(&Tracker::OnSpace, id));
+    pairs[id].sock = s;
+    return id;
+  }
+  static void AddToPair(uint32_t id, uint32_t idx) {
+    Pair& p = pairs[id];
+    p.queued += target[idx];
+    p.pending.emplace_back(p.queued, idx);
+    Pump(id);
+  }
   static int64_t NowNs() { return ns3::Simulator::Now().GetNanoSeconds(); }
   static void RunFor(int64_t delay_ns) {
     ns3::Simulator::Stop(ns3::NanoSeconds(delay_ns));
@@ -66,8 +126,12 @@ struct Tracker {
   static size_t FreshCount() { return fresh.size(); }
   static uint32_t FreshAt(size_t i) { return fresh[i]; }
   static void ClearFresh() { fresh.clear(); }
-  static void Reset() { target.clear(); got.clear(); done_ns.clear(); fresh.clear(); stop_on_done = false; }
+  static void Reset() {
+    target.clear(); got.clear(); done_ns.clear(); fresh.clear(); pairs.clear(); stop_on_done = false;
+  }
 };
+std::vector<Pair> Tracker::pairs;
+uint32_t Tracker::send_size = 65536;
 std::vector<uint64_t> Tracker::target;
 std::vector<uint64_t> Tracker::got;
 std::vector<int64_t> Tracker::done_ns;
@@ -108,6 +172,9 @@ class _Session:
         for name, value in config.get("defaults", ()):  # any other NS-3 attribute default, as text
             ns.Config.SetDefault(str(name), ns.StringValue(str(value)))
         self.send_size = int(config.get("send_size_bytes", 1 << 16))
+        tracker.send_size = self.send_size
+        self.persistent = str(config.get("connections", "persistent")) == "persistent"
+        self.pair_of: dict[tuple[int, int], int] = {}
         n_vertices = int(topology["n_vertices"])
         self.nodes = ns.NodeContainer()
         self.nodes.Create(n_vertices)
@@ -180,10 +247,17 @@ class _Session:
         self._install_path(path, dst_addr)
         self._install_path(rpath, src_addr)
         src, dst = path[0], path[-1]
-        port = self.port_next.get(dst, 1024)
-        self.port_next[dst] = 1024 + (port - 1024 + 1) % 64000
         idx = int(T.Add(int(msg["size"])))
         self.flow_of_idx[idx] = int(msg["id"])
+        self.spec_cache = False
+        if self.persistent:
+            pid = self.pair_of.get((src, dst))
+            if pid is None:
+                pid = int(T.OpenPair(self.nodes.Get(src), self.nodes.Get(dst), dst_addr, self._port(dst)))
+                self.pair_of[(src, dst)] = pid
+            T.AddToPair(pid, idx)
+            return {"ok": True, "t_ns": int(T.NowNs())}
+        port = self._port(dst)
         any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
         sink = ns.PacketSinkHelper("ns3::TcpSocketFactory", any_addr).Install(self.nodes.Get(dst))
         sink.Start(ns.Seconds(0))
@@ -194,8 +268,12 @@ class _Session:
         app = bulk.Install(self.nodes.Get(src))
         app.Start(ns.Seconds(0))
         self.keep.append((sink, app))
-        self.spec_cache = False
         return {"ok": True, "t_ns": int(T.NowNs())}
+
+    def _port(self, dst: int) -> int:
+        port = self.port_next.get(dst, 1024)
+        self.port_next[dst] = 1024 + (port - 1024 + 1) % 64000
+        return port
 
     def _known_unreported(self) -> list[tuple[int, int]]:
         out = []
@@ -275,13 +353,15 @@ def _ns3_version() -> str | None:
 def _warm_up(ns: Any, tracker: Any) -> None:
     """One tiny simulation in the parent worker, then a full NS-3 reset: cppyy compiles the
     templates the sessions use once here instead of once per forked session."""
-    session = _Session(ns, tracker, {"n_vertices": 3, "links": [[0, 2, 1e9, 1e9, 1000], [1, 2, 1e9, 1e9, 1000]]}, {})
-    session.start({"id": 0, "size": 20_000, "t": 0, "path": [0, 2, 1]})
-    session.advance({"t": 10_000_000})
-    if not session.reported:
-        raise RuntimeError("the warm-up flow did not finish")
-    ns.Simulator.Destroy()
-    tracker.Reset()
+    for mode in ("per-flow", "persistent"):
+        topo = {"n_vertices": 3, "links": [[0, 2, 1e9, 1e9, 1000], [1, 2, 1e9, 1e9, 1000]]}
+        session = _Session(ns, tracker, topo, {"connections": mode})
+        session.start({"id": 0, "size": 20_000, "t": 0, "path": [0, 2, 1]})
+        session.advance({"t": 10_000_000})
+        if not session.reported:
+            raise RuntimeError(f"the warm-up flow did not finish ({mode} connections)")
+        ns.Simulator.Destroy()
+        tracker.Reset()
 
 
 def _serve_session(proto: Any, ns: Any, tracker: Any, first: dict, lines: Any) -> None:
