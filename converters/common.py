@@ -18,6 +18,7 @@ validation use it to check a conversion is faithful.
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -110,27 +111,55 @@ def _insert_delays(builder: GraphBuilder, origin: int) -> int:
 
 
 def _topo_order(nodes: list[GNode]) -> list[GNode]:
-    indeg: dict[int, int] = {}
-    users: dict[int, list[GNode]] = {}
-    for n in nodes:
-        ds = n.deps()
-        indeg[id(n)] = len(ds)
+    """Kahn's algorithm, ready nodes by (measured start, creation); compact arrays (``seq`` is the
+    node's index in ``nodes``) so large graphs stay small."""
+    n = len(nodes)
+    indeg = array("l", bytes(8 * n)) if array("l").itemsize == 8 else array("l", [0] * n)
+    counts = array("l", [0]) * (n + 1)
+    for g in nodes:
+        ds = g.deps()
+        indeg[g.seq] = len(ds)
         for d in ds:
-            users.setdefault(id(d), []).append(n)
-    heap = [(n.start, n.seq, n) for n in nodes if indeg[id(n)] == 0]
+            counts[d.seq + 1] += 1
+    for i in range(n):
+        counts[i + 1] += counts[i]
+    users = array("l", [0]) * counts[n]
+    fill = array("l", counts[:n])
+    for g in nodes:
+        for d in g.deps():
+            users[fill[d.seq]] = g.seq
+            fill[d.seq] += 1
+    del fill
+    heap = [(g.start, g.seq) for g in nodes if indeg[g.seq] == 0]
     heapq.heapify(heap)
     out: list[GNode] = []
     while heap:
-        _, _, n = heapq.heappop(heap)
-        out.append(n)
-        for u in users.get(id(n), ()):
-            indeg[id(u)] -= 1
-            if indeg[id(u)] == 0:
-                heapq.heappush(heap, (u.start, u.seq, u))
-    if len(out) != len(nodes):
-        stuck = next(n for n in nodes if indeg[id(n)] > 0)
+        _, i = heapq.heappop(heap)
+        out.append(nodes[i])
+        for k in range(counts[i], counts[i + 1]):
+            u = users[k]
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(heap, (nodes[u].start, u))
+    if len(out) != n:
+        stuck = next(g for g in nodes if indeg[g.seq] > 0)
         raise GraphError(f"converter built a dependency cycle through {stuck.name!r}", node=stuck.seq)
     return out
+
+
+def _attr(name: str, value: Any, _cache: dict = {}) -> Any:  # noqa: B006 - deliberate shared cache
+    """``make_attr`` with one shared (frozen) object per repeated (name, value): most attributes of a
+    converted trace repeat (streams, flags, scopes, groups), so this saves most of their memory."""
+    try:
+        key = (name, type(value), value)
+        hit = _cache.get(key)
+    except TypeError:  # unhashable value
+        return make_attr(name, value)
+    if hit is None:
+        hit = make_attr(name, value)
+        if len(_cache) < 1_000_000:
+            _cache[key] = hit
+    return hit
 
 
 def _micros(ns: int) -> int:
@@ -176,7 +205,7 @@ def finalize(builder: GraphBuilder, metadata: Mapping[str, Any], *, origin: int,
                 duration_micros=_micros(piece) if g.timed else 0,
                 inputs=g.inputs,
                 outputs=g.outputs,
-                attrs=tuple(make_attr(k2, v) for k2, v in attrs.items()),
+                attrs=tuple(_attr(k2, v) for k2, v in attrs.items()),
             )
             nodes.append(node)
             if prev is None:

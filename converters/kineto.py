@@ -600,8 +600,11 @@ def assign_ranks(kts: Sequence[KinetoTrace]) -> dict[int, KinetoTrace]:
 
 def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None, alltoall: str = "p2p",
                    on_rank: Callable[[int], None] | None = None,
-                   annotators: dict[str, Annotate] | None = None, source: str = "xsim-convert kineto") -> Conversion:
-    """Convert the Kineto traces of one job (one file per rank) into a rank set."""
+                   annotators: dict[str, Annotate] | None = None, source: str = "xsim-convert kineto",
+                   consume: bool = False) -> Conversion:
+    """Convert the Kineto traces of one job (one file per rank) into a rank set.
+
+    ``consume``: free each input's events once its graph is built (the inputs are unusable after)."""
     from converters import crossrank
 
     if alltoall not in crossrank.ALLTOALL_MODES:
@@ -615,6 +618,8 @@ def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None,
         g = convert_rank(kt, rank, world, step, (annotators or {}).get(kt.name))
         g.metadata[A.META_SOURCE] = source
         graphs.append(g)
+        if consume:
+            kt.events = []
     groups = crossrank.assign([crossrank.RankOps(g.rank, g.comm_ops) for g in graphs], world, alltoall)
     groups_json = {k: list(v) for k, v in groups.items()}
     from xsim_trace.graph.model import comm_groups_to_json
@@ -624,6 +629,7 @@ def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None,
     for g in graphs:
         g.metadata[A.META_COMM_GROUPS] = comm_groups_to_json(groups_json)
         traces[g.rank] = g.to_trace()
+        g.builder = GraphBuilder()  # the rank's construction nodes are no longer needed
         for k, v in g.stats.items():
             stats[k] = stats.get(k, 0) + v
     return Conversion(traces, groups, stats)

@@ -92,7 +92,7 @@ def main() -> int:
     kts = read_ranks(resolve_inputs(path))
     _, peak_read = tracemalloc.get_traced_memory()
     tracemalloc.reset_peak()
-    conv = convert_kineto(kts, step=step)
+    conv = convert_kineto(kts, step=step, consume=True)
     write_rank_set(tmp / "out", conv.traces, conv.comm_groups)
     _, peak_build = tracemalloc.get_traced_memory()
     tracemalloc.stop()

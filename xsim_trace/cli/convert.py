@@ -90,7 +90,7 @@ def cmd_kineto(args: argparse.Namespace) -> int:
 
     sources = resolve_inputs(args.input)
     kts = _read(sources, args.quiet, "reading Kineto")
-    conv = convert_kineto(kts, step=args.step, alltoall=args.alltoall)
+    conv = convert_kineto(kts, step=args.step, alltoall=args.alltoall, consume=True)
     paths = write_rank_set(args.output, conv.traces, conv.comm_groups, compress=args.compress)
     _summary(args.output, conv, paths)
     return 0
