@@ -214,3 +214,31 @@ def test_flows_on_one_connection_finish_in_order(star4):
     both = run(star4, [TimedFlow(0, Flow(1, 0, 1, size)), TimedFlow(0, Flow(2, 0, 1, size))],
                connections="per-flow")  # two connections share the link instead
     assert min(both.values()) > 1.5 * formula(size)
+
+
+@needs_ns3
+@pytest.mark.ns3
+def test_horizon_hint_gives_the_same_times_without_forking(star4):
+    import random
+
+    rng = random.Random(7)
+    flows = []
+    for i in range(12):
+        s = rng.randrange(4)
+        d = (s + 1 + rng.randrange(3)) % 4
+        flows.append(TimedFlow(i * 30_000, Flow(i, s, d, rng.choice([64 * 1024, 1 * MiB, 2 * MiB]))))
+    with Ns3Backend(star4) as b:
+        forked = run_flows(b, flows, use_horizon=False)
+        assert b.op_stats["next"][0] > 0
+    with Ns3Backend(star4) as b:
+        hinted = run_flows(b, flows)
+    assert hinted == forked
+    with Ns3Backend(star4) as b:
+        b.start_flow(Flow(1, 0, 1, 1 * MiB), 0)
+        assert b.next_completion_ns(horizon_ns=10_000) is None  # ~86 us away: not before 10 us
+        t = b.next_completion_ns(horizon_ns=10**9)
+        assert formula(MiB) < t < formula(MiB) + 8000  # + the handshake of a new connection
+        assert b.advance(t) == [1]
+        with pytest.raises(BackendError, match="before the clock"):
+            b.start_flow(Flow(2, 0, 1, 10), 5)
+            b.next_completion_ns(horizon_ns=1)

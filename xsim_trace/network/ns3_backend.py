@@ -402,11 +402,28 @@ class Ns3Backend:
         self._call({"op": "start", "id": flow.flow_id, "size": flow.size_bytes, "t": now_ns, "path": fwd, "rpath": rev})
         self._active.add(flow.flow_id)
 
-    def next_completion_ns(self) -> int | None:
+    #: ``next_completion_ns(horizon_ns=h)`` is understood (see there)
+    accepts_horizon: ClassVar[bool] = True
+
+    def next_completion_ns(self, horizon_ns: int | None = None) -> int | None:
+        """Exact time of the earliest completion if no flow starts meanwhile.
+
+        ``horizon_ns`` (an extension of the protocol): the caller promises not to start a flow before
+        it (its own next event).  The answer is then the earliest completion if it is at or before
+        ``horizon_ns``, else None, and NS-3 simply runs forward instead of forking a speculative copy
+        (milliseconds saved per call).
+        """
         local = self._local[0][0] if self._local else None
+        if horizon_ns is not None and local is not None and local > horizon_ns:
+            local = None
         if len(self._active) == len(self._local):
             return local
-        t = self._call({"op": "next"})["t"]
+        msg: dict[str, Any] = {"op": "next"}
+        if horizon_ns is not None:
+            if horizon_ns < self._now_ns:
+                raise BackendError(f"horizon {horizon_ns} ns is before the clock ({self._now_ns} ns)")
+            msg["horizon"] = int(horizon_ns)
+        t = self._call(msg)["t"]
         if t is None:
             return local
         return int(t) if local is None else min(local, int(t))

@@ -17,6 +17,9 @@ Session ops (times are integer ns):
               ``size`` bytes along ``path`` (vertex indices; ``rpath`` carries the ACKs back).
   ``next``    earliest completion among started flows if nothing else starts: answered by a
               forked speculative copy that runs ahead and is thrown away (NS-3 cannot rewind).
+              With ``"horizon": h`` (the caller promises no ``start`` before ``h``) the session itself
+              runs to the first completion or ``h`` and answers that completion, or null if none is
+              at or before ``h``: exact, and no fork.
   ``advance`` ``{"t"}``: run to ``t``; reply ``done``: ``[[id, finish_ns], ...]`` finished by ``t``.
   ``close``   end the session (the child exits).
 
@@ -119,18 +122,26 @@ struct Tracker {
     Pump(id);
   }
   static int64_t NowNs() { return ns3::Simulator::Now().GetNanoSeconds(); }
+  // Our own stop event, so that a run ended early (first completion) leaves no stale stop behind
+  // to cut a later run short.
+  static ns3::EventId stop_event;
+  static void DoStop() { ns3::Simulator::Stop(); }
   static void RunFor(int64_t delay_ns) {
-    ns3::Simulator::Stop(ns3::NanoSeconds(delay_ns));
+    if (stop_event.IsPending()) ns3::Simulator::Cancel(stop_event);
+    stop_event = ns3::Simulator::Schedule(ns3::NanoSeconds(delay_ns), &Tracker::DoStop);
     ns3::Simulator::Run();
+    if (stop_event.IsPending()) ns3::Simulator::Cancel(stop_event);
   }
   static size_t FreshCount() { return fresh.size(); }
   static uint32_t FreshAt(size_t i) { return fresh[i]; }
   static void ClearFresh() { fresh.clear(); }
   static void Reset() {
     target.clear(); got.clear(); done_ns.clear(); fresh.clear(); pairs.clear(); stop_on_done = false;
+    stop_event = ns3::EventId();
   }
 };
 std::vector<Pair> Tracker::pairs;
+ns3::EventId Tracker::stop_event;
 uint32_t Tracker::send_size = 65536;
 std::vector<uint64_t> Tracker::target;
 std::vector<uint64_t> Tracker::got;
@@ -282,13 +293,29 @@ class _Session:
             out.append((int(self.T.done_ns[idx]), self.flow_of_idx[idx]))
         return out
 
-    def next(self) -> dict:
+    def next(self, msg: dict) -> dict:
         known = self._known_unreported()
         if known:
-            return {"ok": True, "t": min(known)[0]}
+            t = min(known)[0]
+            h = msg.get("horizon")
+            return {"ok": True, "t": t if h is None or t <= int(h) else None}
         active = len(self.flow_of_idx) - len(self.reported)
         if active <= 0:
             return {"ok": True, "t": None}
+        h = msg.get("horizon")
+        now = int(self.T.NowNs())
+        if h is not None and int(h) + 1 >= now:
+            # the caller starts nothing before h: run the real simulation, no copy, up to the first
+            # completion or h (+1 so that events stamped h run), whichever comes first
+            self.spec_cache = False
+            self.T.stop_on_done = True
+            try:
+                self.T.RunFor(int(h) + 1 - now)
+            finally:
+                self.T.stop_on_done = False
+            fresh = self._known_unreported()
+            t = min(fresh)[0] if fresh else None
+            return {"ok": True, "t": t if t is not None and t <= int(h) else None}
         if self.spec_cache is not False:
             return {"ok": True, "t": self.spec_cache}
         r, w = os.pipe()
@@ -382,7 +409,7 @@ def _serve_session(proto: Any, ns: Any, tracker: Any, first: dict, lines: Any) -
             if op == "start":
                 reply(session.start(msg))
             elif op == "next":
-                reply(session.next())
+                reply(session.next(msg))
             elif op == "advance":
                 reply(session.advance(msg))
             elif op == "stats":

@@ -23,6 +23,8 @@ from xsim_trace.network.protocol import Flow
 from xsim_trace.sweep.backends import close_backend, make_named_backend, star_topology
 
 MICRO_CASES = ("single", "ring", "incast", "shared")
+#: the horizon given once every flow has started (~146 years of simulated time)
+NO_MORE_STARTS = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +51,18 @@ def micro_flows(case: str, ranks: int, size_bytes: int) -> tuple[TimedFlow, ...]
     return tuple(TimedFlow(0, Flow(i, s, d, size_bytes)) for i, (s, d) in enumerate(pairs))
 
 
-def run_flows(backend: Any, flows: Iterable[TimedFlow]) -> dict[int, int]:
+def run_flows(backend: Any, flows: Iterable[TimedFlow], *, use_horizon: bool = True) -> dict[int, int]:
     """Drive ``backend`` through the protocol: start each flow at its time, advance to every
-    completion; returns flow_id -> finish ns."""
+    completion; returns flow_id -> finish ns.  Backends with ``accepts_horizon`` are told the next
+    start time (``next_completion_ns(horizon_ns=...)``) so that they need not speculate."""
     pending = sorted(flows, key=lambda f: (f.start_ns, f.flow.flow_id))
     finish: dict[int, int] = {}
     i = 0
+    horizon = bool(getattr(backend, "accepts_horizon", False)) and use_horizon
     while True:
-        nxt = backend.next_completion_ns()
         start = pending[i].start_ns if i < len(pending) else None
+        nxt = backend.next_completion_ns(horizon_ns=NO_MORE_STARTS if start is None else start) if horizon \
+            else backend.next_completion_ns()
         if start is not None and (nxt is None or start <= nxt):
             now = start
             done = backend.advance(now)
