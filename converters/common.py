@@ -147,18 +147,22 @@ def _topo_order(nodes: list[GNode]) -> list[GNode]:
     return out
 
 
-def _attr(name: str, value: Any, _cache: dict = {}) -> Any:  # noqa: B006 - deliberate shared cache
-    """``make_attr`` with one shared (frozen) object per repeated (name, value): most attributes of a
-    converted trace repeat (streams, flags, scopes, groups), so this saves most of their memory."""
+#: attributes whose values are (nearly) unique per node: not worth sharing
+_UNIQUE_ATTRS = frozenset({A.DURATION_NS, A.MEASURED_DURATION_NS, A.COMM_TAG})
+
+
+def _attr(name: str, value: Any, cache: dict) -> Any:
+    """``make_attr`` with one shared (frozen) object per repeated (name, value) within one trace:
+    most attributes of a converted trace repeat (streams, flags, scopes, groups)."""
+    if name in _UNIQUE_ATTRS:
+        return make_attr(name, value)
     try:
         key = (name, type(value), value)
-        hit = _cache.get(key)
+        hit = cache.get(key)
     except TypeError:  # unhashable value
         return make_attr(name, value)
     if hit is None:
-        hit = make_attr(name, value)
-        if len(_cache) < 1_000_000:
-            _cache[key] = hit
+        hit = cache[key] = make_attr(name, value)
     return hit
 
 
@@ -172,7 +176,7 @@ def finalize(builder: GraphBuilder, metadata: Mapping[str, Any], *, origin: int,
     if delays:
         _insert_delays(builder, origin)
     order = _topo_order(builder.nodes)
-    first_id: dict[int, int] = {}
+    shared: dict = {}
     last_id: dict[int, int] = {}
     nodes: list[Node] = []
     next_id = 0
@@ -205,11 +209,9 @@ def finalize(builder: GraphBuilder, metadata: Mapping[str, Any], *, origin: int,
                 duration_micros=_micros(piece) if g.timed else 0,
                 inputs=g.inputs,
                 outputs=g.outputs,
-                attrs=tuple(_attr(k2, v) for k2, v in attrs.items()),
+                attrs=tuple(_attr(k2, v, shared) for k2, v in attrs.items()),
             )
             nodes.append(node)
-            if prev is None:
-                first_id[id(g)] = next_id
             prev = next_id
             next_id += 1
         last_id[id(g)] = prev  # type: ignore[assignment]
