@@ -104,7 +104,9 @@ def read_et_json(stream, name: str) -> EtTrace:
 def _et_op(raw: Any, index: int, name: str) -> EtOp:
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not isinstance(raw.get("id"), (int, float)):
         raise FormatError(f"ET node {index} is not an object with a name and an id", file=name, node=index)
-    rf = raw.get("rf_id")
+    # schema >= 1.0.3: rf_id, tid, op_schema ... live in an "attrs" list of {name, type, value}
+    extra = {a.get("name"): a.get("value") for a in raw.get("attrs") or () if isinstance(a, dict)}
+    rf = raw.get("rf_id", extra.get("rf_id"))
     # schema 1.1: "inputs": {"values", "shapes", "types"}; 1.0: inputs / input_shapes / input_types
     ins, outs = raw.get("inputs"), raw.get("outputs")
     if isinstance(ins, dict):
@@ -115,8 +117,9 @@ def _et_op(raw: Any, index: int, name: str) -> EtOp:
         outputs = IOInfo(_dump(outs.get("values", [])), _dump(outs.get("shapes", [])), _dump(outs.get("types", [])))
     else:
         outputs = IOInfo(_dump(outs or []), _dump(raw.get("output_shapes", [])), _dump(raw.get("output_types", [])))
-    return EtOp(int(raw["id"]), int(rf) if isinstance(rf, (int, float)) else None, raw["name"], raw.get("tid"),
-                str(raw.get("op_schema", "") or ""), inputs, outputs)
+    return EtOp(int(raw["id"]), int(rf) if isinstance(rf, (int, float)) else None, raw["name"],
+                raw.get("tid", extra.get("tid")), str(raw.get("op_schema", extra.get("op_schema", "")) or ""),
+                inputs, outputs)
 
 
 class _Sink:

@@ -75,3 +75,25 @@ def test_bad_et_inputs():
         read_et_json(io.BytesIO(b'{"schema": "1.0.1", "nodes": []}'), "x.json")
     with pytest.raises(FormatError, match="malformed JSON after ET node 1"):
         read_et_json(io.BytesIO(b'{"schema": "1.0.1", "nodes": [{"name": "a", "id": 1}, {"na'), "x.json")
+
+
+def test_et_schema_103_attrs_list_links_by_rf_id_and_matches_reference_collectives():
+    """resnet_1gpu ET (schema 1.0.3: rf_id in "attrs") + HTA Kineto, the pair the reference pipeline converted."""
+    from collections import Counter
+
+    from xsim_trace.io import read_et
+
+    et_path = need(SHARED_TRACES / "pytorch_et" / "resnet_1gpu_et.1.0.3.json.gz")
+    kineto = need(SHARED_TRACES / "kineto" / "hta_a100_nccl_2rank" / "nccl_data.json.gz")
+    ets = read_ets(resolve_inputs(et_path))
+    kts = read_ranks(resolve_inputs(kineto))
+    assert ets[0].schema.startswith("1.0.3") and all(o.rf_id is not None for o in ets[0].ops[1:])
+    _, stats = link(ets[0], kts[0])
+    assert stats.by_rf_id >= 0.99 * stats.et_ops and stats.by_order == 0
+    conv = convert_pytorch(ets, kts, step="all")
+    ref = read_et(need(SHARED_TRACES / "chakra_et" / "reference_pytorch_e2e" / "chakra_trace.0.et.gz"))
+
+    def colls(t):
+        return Counter((n.comm_type, n.comm_size_bytes) for n in t.nodes if n.type == NodeType.COMM_COLL)
+
+    assert colls(conv.traces[0]) == colls(ref) and sum(colls(ref).values()) == 21
