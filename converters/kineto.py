@@ -111,10 +111,17 @@ def select_step(kt: KinetoTrace, step: int | str | None) -> Step:
         tid = _busiest([e.tid for e in mine if e.cat in CPU_CATS] or [e.tid for e in mine])
         return Step(None, min(e.ts for e in mine), max(e.end for e in mine), tid, pid)
     if step is None:
-        # the last step; a duplicated number (two threads annotate it) keeps the longest span
-        last = steps[-1].number
-        same = [s for s in steps if s.number == last]
-        return max(same, key=lambda s: (s.duration_ns, -s.start_ns))
+        # the last complete step (all its launches have their GPU work in the capture); a duplicated
+        # number (two threads annotate it) keeps the longest span
+        numbers = list(dict.fromkeys(s.number for s in reversed(steps)))
+        gpu_corrs = {e.corr for e in kt.events if e.cat in GPU_CATS and e.corr is not None}
+        for number in numbers:
+            pick = max((s for s in steps if s.number == number), key=lambda s: (s.duration_ns, -s.start_ns))
+            if _missing_gpu_work(kt, pick, gpu_corrs) <= 0.005:
+                return pick
+            log.info("%s: ProfilerStep#%s has launches without GPU work in the capture; trying an earlier step",
+                     kt.name, number)
+        return max((s for s in steps if s.number == numbers[0]), key=lambda s: (s.duration_ns, -s.start_ns))
     try:
         wanted = int(step)
     except (TypeError, ValueError):
@@ -124,6 +131,15 @@ def select_step(kt: KinetoTrace, step: int | str | None) -> Step:
         have = ", ".join(str(s.number) for s in steps) or "none"
         raise ConfigError(f"no ProfilerStep#{wanted} in the trace (steps: {have})", file=kt.name, field="step")
     return max(same, key=lambda s: (s.duration_ns, -s.start_ns))
+
+
+def _missing_gpu_work(kt: KinetoTrace, step: Step, gpu_corrs: set[int]) -> float:
+    """Share of the step's kernel launches whose kernels the capture does not hold (cut off)."""
+    launches = [e for e in kt.events if e.cat in RUNTIME_CATS and e.name in LAUNCH_CALLS_KERNEL and e.pid == step.pid
+                and step.start_ns <= e.ts < step.end_ns and e.corr is not None]
+    if not launches:
+        return 0.0
+    return sum(1 for e in launches if e.corr not in gpu_corrs) / len(launches)
 
 
 def _busiest(values: Iterable[Any]) -> Any:

@@ -259,3 +259,21 @@ def test_module_and_layer_names_from_nn_module_scopes():
     assert attn and all(n.attr(A.LAYER) == 5 for n in attn)
     assert any(n.name.startswith("Qwen2DecoderLayer_5/Qwen2Attention_5/aten::") for n in trace.nodes if n.is_cpu_op)
     assert trace.metadata.attr(A.META_DEVICE) == "NVIDIA H100 80GB HBM3"
+
+
+def test_default_step_skips_a_step_cut_off_by_the_capture(tmp_path):
+    from converters.kineto import convert_kineto, read_ranks
+    from converters.sources import resolve_inputs
+
+    def X(cat, name, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat == "kernel" else 1, "tid": tid, "ts": ts,
+                "dur": dur, "args": args}
+
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 50), X("user_annotation", "ProfilerStep#2", 50, 40),
+          X("cuda_runtime", "cudaLaunchKernel", 10, 2, correlation=1), X("kernel", "k1", 15, 5, tid=7, correlation=1, stream=7),
+          X("cuda_runtime", "cudaLaunchKernel", 60, 2, correlation=2)]  # its kernel is not in the capture
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    trace = convert_kineto(read_ranks(resolve_inputs(path))).traces[0]
+    assert trace.metadata.attr(A.META_STEP) == 1 and trace.measured_step_ns == 50_000
+    assert convert_kineto(read_ranks(resolve_inputs(path)), step=2).traces[0].measured_step_ns == 40_000
