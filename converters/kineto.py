@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
 from xsim_trace.graph import attrs as A
-from xsim_trace.graph.kinds import CollectiveType, NodeType
+from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import Trace
 
 from converters import nccl

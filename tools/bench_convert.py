@@ -13,7 +13,6 @@ heap (tracemalloc) next to the size of the JSON text, plus the process's peak RS
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import resource

@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="output prefix: writes PREFIX.<rank>.et + PREFIX.comm_groups.json")
     p.add_argument("--step", type=_step, default=None,
-                   help="ProfilerStep number to convert, or 'all' for the whole capture (default: the last step)")
+                   help="ProfilerStep number to convert, or 'all' for the whole capture (default: the last complete step)")
     p.add_argument("--alltoall", choices=("p2p", "coll"), default="p2p",
                    help="all-to-all as per-peer SEND/RECV (p2p, default) or one COMM_COLL node")
     p.add_argument("--compress", action="store_true", help="write .et.gz")
