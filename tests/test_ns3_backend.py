@@ -141,6 +141,10 @@ def test_a_crashed_simulation_is_a_clear_error(star4):
     with pytest.raises(BackendError, match="closed"):
         b.advance(2 * 10**9)
     b.close()
+    # only the simulation died: the warm worker is re-synchronised and serves the next backend
+    with Ns3Backend(star4) as again:
+        assert again._worker.proc.pid == b._worker.proc.pid
+        assert run_flows(again, micro_flows("single", 4, 1 * MiB))[0] > formula(MiB)
 
 
 # -- no NS-3 needed: the process plumbing with stand-in workers --------------------------------

@@ -202,6 +202,7 @@ class _Worker:
             raise BackendError(f"cannot start the NS-3 worker: {exc}") from exc
         self._buf = b""
         self.in_session = False
+        self.session_died = False
         t0 = time.perf_counter()
         hello = self._read(startup_timeout_s, "start-up")
         if not hello.get("ok"):
@@ -261,9 +262,26 @@ class _Worker:
         reply = self._read(timeout_s, repr(msg.get("op")))
         if reply.get("dead"):
             self.in_session = False
+            self.session_died = True
         if not reply.get("ok"):
             raise BackendError(f"NS-3 {msg.get('op')}: {reply.get('error')}")
         return reply
+
+    def resync(self, timeout_s: float = 30.0) -> bool:
+        """After a dead session: skip the worker's replies to requests meant for it, up to a ping
+        of ours.  True when the worker is usable again (else it is killed)."""
+        nonce = f"{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            self.proc.stdin.write((json.dumps({"op": "ping", "nonce": nonce}) + "\n").encode())
+            self.proc.stdin.flush()
+            for _ in range(1000):
+                if self._read(timeout_s, "ping").get("pong") == nonce:
+                    self.session_died = False
+                    return True
+        except (BackendError, OSError):
+            pass
+        self.kill()
+        return False
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -360,7 +378,10 @@ class Ns3Backend:
             return self._worker.request(msg, self.config.timeout_s)
         except BackendError:
             self._closed = True
-            self._worker.kill()
+            if self._worker.session_died and self._worker.alive() and self._worker.resync():
+                _release(self._worker)  # only the simulation died: the warm worker is reusable
+            else:
+                self._worker.kill()
             raise
         finally:
             dt = time.perf_counter() - t0

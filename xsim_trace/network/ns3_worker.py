@@ -453,8 +453,8 @@ def main() -> int:
         op = msg.get("op")
         if op == "quit":
             return 0
-        if op == "ping":
-            proto.write(json.dumps({"ok": True}) + "\n")
+        if op == "ping":  # also how the client re-synchronises after a dead session
+            proto.write(json.dumps({"ok": True, "pong": msg.get("nonce")}) + "\n")
             continue
         if op != "session":
             proto.write(json.dumps({"ok": False, "error": f"unknown op {op!r}"}) + "\n")
