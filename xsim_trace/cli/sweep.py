@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from xsim_trace.cli.progress import progress_bar
+from tqdm import tqdm
+
 from xsim_trace.sweep.execute import run_sweep
 from xsim_trace.sweep.spec import load_spec
 from xsim_trace.sweep.summary import plot_best, summary_table, write_summary_json
@@ -50,8 +51,9 @@ def _sweep(args: argparse.Namespace) -> int:
         nonlocal bar
         print(f"sweep {spec.name}: {len(spec.runs)} runs, {skipped} already done, {todo} to run -> {out}",
               file=sys.stderr)
-        bar = progress_bar(todo, f"sweep {spec.name}", quiet=args.quiet, unit="run", mininterval=0.2)
-        bar.disable = args.quiet or not sys.stderr.isatty()  # runs are few and slow: show even small sweeps
+        # runs are few and slow: a bar even for small sweeps (progress_bar() hides bars under 100k items)
+        bar = tqdm(total=todo, desc=f"sweep {spec.name}", unit="run", leave=False, mininterval=0.2,
+                   disable=args.quiet or not sys.stderr.isatty())
 
     def on_record(record: dict) -> None:
         if bar is not None:
