@@ -166,3 +166,21 @@ def test_replay_runner_sweeps_a_real_trace(tmp_path):
     times = [r["result"]["iteration_ns"] for r in out.records]
     assert len(times) == 2 * len(fluid) and min(times) > 0
     assert all(r["result"]["flows"] > 0 for r in out.records)
+
+
+@pytest.mark.slow
+def test_plan_runner_sweeps_bundled_plans_and_reshard_strategies(tmp_path):
+    from pathlib import Path
+
+    plans = Path(__file__).parents[1] / "traces" / "plans"
+    if not (plans / "llama7b_h100_a100_pipeline.yaml").exists():
+        pytest.skip(f"bundled plans not found in {plans}")
+    spec = spec_from_mapping({"runner": "plan", "base": {"quick": True},
+                              "grid": {"plan": [str(plans / "llama7b_h100_a100_pipeline.yaml")],
+                                       "reshard": ["direct", "leader"]}})
+    out = run_sweep(spec, tmp_path, jobs=2)
+    assert not out.failed, out.failed[:1]
+    by = {r["params"]["reshard"]: r["result"] for r in out.records}
+    assert by["direct"]["ranks"] == by["leader"]["ranks"] == 24
+    # leader-based resharding gathers then scatters: more reshard time than direct multi-flow here
+    assert by["leader"]["reshard_ns"] > by["direct"]["reshard_ns"] > 0

@@ -24,6 +24,11 @@ Built-in runners:
              ``backend``, ``algorithm``, ``chunks``, ``in_flight``, ``p2p``, ``drop_missing_deps``.
              Result: ``iteration_ns``, ``flows``.
 
+``plan``     a deployment plan file rewritten from the plan's model and replayed by the engine:
+             ``plan``, ``cluster`` (default: built from the plan's groups), ``backend``, ``reshard``,
+             ``partition``, ``device``, ``tp``, ``quick``.  Result: ``iteration_ns``, bubble, reshard and
+             straggler times, ranks, nodes.
+
 ``package.module:function``  any importable callable ``f(params) -> mapping`` (e.g. a replay of a trace
              on a cluster); it must return JSON-serialisable values.
 """
@@ -185,8 +190,44 @@ def replay_runner(params: Mapping[str, Any]) -> dict[str, Any]:
             "replay_s": round(run.run_s, 6)}
 
 
+_PLAN_PARAMS = ("plan", "cluster", "backend", "reshard", "partition", "device", "tp", "quick")
+
+
+def plan_runner(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A deployment plan (YAML, :mod:`xsim_trace.rewrite.plan`) rewritten with per-layer templates from
+    the plan's model and replayed by the engine on ``cluster`` (file / preset; default: a cluster built
+    from the plan's device groups) over ``backend`` -- the ``xsim plan compare`` path for one plan.
+    ``reshard`` / ``partition`` override the plan's strategies; ``quick: true`` uses the quick
+    alpha-beta replay instead of the engine."""
+    from xsim_trace.rewrite.compare import evaluate, replay_quick  # noqa: PLC0415
+    from xsim_trace.rewrite.engine_replay import engine_times  # noqa: PLC0415
+    from xsim_trace.rewrite.plan import load_plan  # noqa: PLC0415
+    from xsim_trace.rewrite.templates import templates_from_model  # noqa: PLC0415
+
+    p = _Params(params, _PLAN_PARAMS)
+    plan = load_plan(p.str("plan", ""))
+    plan = plan.with_strategy(reshard=params.get("reshard"), partition=params.get("partition"))
+    template = templates_from_model(plan.model, params.get("device") or plan.groups[0].device,
+                                    p.int("tp", 1, 1))
+    if params.get("quick"):
+        replay = replay_quick
+    else:
+        cluster = None
+        if params.get("cluster"):
+            from xsim_trace.cluster import load_cluster  # noqa: PLC0415
+
+            cluster = load_cluster(p.str("cluster", ""))
+        backend = p.str("backend", "analytical")
+        replay = lambda res: engine_times(res, cluster, backend)  # noqa: E731
+    res, met, iteration = evaluate(plan, template, replay)
+    return {"iteration_ns": int(iteration), "max_bubble_fraction": round(max((b.fraction for b in met.bubbles),
+                                                                            default=0.0), 6),
+            "reshard_ns": int(met.reshard_ns()), "max_straggler_ns": int(met.max_straggler_ns()),
+            "ranks": len(res.traces), "nodes": sum(len(t) for t in res.traces.values())}
+
+
 BUILTIN_RUNNERS: dict[str, Runner] = {"network": network_runner, "pipeline": pipeline_runner,
-                                      "replay": replay_runner}
+                                      "replay": replay_runner, "plan": plan_runner}
 
 
 def resolve_runner(name: str) -> Runner:
