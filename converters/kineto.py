@@ -302,6 +302,21 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
     main = threads[0]
     bursts = {th.tid: _bursts([e for e in th.events if e.cat in CPU_CATS] or th.events) for th in threads[1:]}
     join_times = sorted({end for spans in bursts.values() for _, end in spans if w0 < end < w1})
+    # bursts the main thread waits through (inside a backward call, or nearly idle): while they run,
+    # its segments wait for the burst's progress instead of keeping the blocked time as duration
+    main_top = [e for e in main.events if e.cat == "cpu_op"]
+    main_spans = [e for e in main.events if e.cat in CPU_CATS]
+
+    def waits_through(span: tuple[int, int]) -> bool:
+        bs, be = span
+        if any(e.ts <= bs and e.end >= be and "backward" in e.name.lower() for e in main_spans):
+            return True
+        busy = sum(min(e.end, be) - e.ts for e in main_top if bs < e.ts < be)
+        return busy < 0.25 * (be - bs)
+
+    blocked = {(tid, span) for tid, spans in bursts.items() for span in spans
+               if w0 < span[0] and span[1] < w1 and waits_through(span)}
+    block_starts = sorted({span[0] for _, span in blocked})
 
     launch_node: dict[int, GNode] = {}  # correlation -> host segment ending at the launch
     launch_stack: dict[int, list[tuple[str, dict | None]]] = {}
@@ -333,6 +348,9 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
                 records.append((e, th.tid))
         for t in joins:
             cut_events.append((t, 0, None))
+        if th is main:
+            for t in block_starts:
+                cut_events.append((t, 0, None))
         if th is not main:
             for start, _ in bursts.get(th.tid, []):
                 cut_events.append((start, 2, "burst"))
@@ -407,14 +425,26 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
     build_thread(main, join_times)
     for th in threads[1:]:
         build_thread(th, [])
-    # main thread resumes after each secondary burst: the main node starting at the burst's end
+    # main thread resumes after each secondary burst.  Blocked in it (no main op starts during it):
+    # the main node spanning the burst waits for its end, so the blocked time follows the burst
+    # instead of being a fixed duration; otherwise the main node starting at the burst's end does.
+    main_starts = [n.start for n in main.nodes]
     for th in threads[1:]:
-        for _, end in bursts[th.tid]:
+        for span in bursts[th.tid]:
+            end = span[1]
             i = bisect.bisect_right(th.ends, end) - 1
             if i < 0:
                 continue
             last = th.nodes[i]
-            j = bisect.bisect_left([n.start for n in main.nodes], end)
+            if (th.tid, span) in blocked:
+                j = bisect.bisect_left(main_starts, span[0])
+                while j < len(main.nodes) and main.nodes[j].end <= end:
+                    node = main.nodes[j]
+                    k = bisect.bisect_right(th.ends, node.end) - 1
+                    if k >= 0 and th.nodes[k].end > node.start:
+                        node.ctrl_deps.append(th.nodes[k])
+                    j += 1
+            j = bisect.bisect_left(main_starts, end)
             if j < len(main.nodes) and last.end <= main.nodes[j].end:
                 main.nodes[j].ctrl_deps.append(last)
 

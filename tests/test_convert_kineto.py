@@ -277,3 +277,14 @@ def test_default_step_skips_a_step_cut_off_by_the_capture(tmp_path):
     trace = convert_kineto(read_ranks(resolve_inputs(path))).traces[0]
     assert trace.metadata.attr(A.META_STEP) == 1 and trace.measured_step_ns == 50_000
     assert convert_kineto(read_ranks(resolve_inputs(path)), step=2).traces[0].measured_step_ns == 40_000
+
+
+def test_main_thread_waits_for_backward_instead_of_keeping_the_blocked_time():
+    """DLRM: the main thread sits in ``## backward ##`` while the autograd thread runs (~4 ms); its
+    segments there depend on the autograd thread's progress, so none keeps that time as duration."""
+    by_id = None
+    for trace in dlrm_conversion().traces.values():
+        by_id = trace.by_id()
+        inside = [n for n in trace.nodes if n.is_cpu_op and n.attr(A.STREAM) == -1 and n.name.startswith("## backward ##")]
+        assert inside and max(node_time_ns(n) for n in inside) < 200_000
+        assert any(by_id[d].attr(A.STREAM) == -2 for n in inside for d in n.deps)
