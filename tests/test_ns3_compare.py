@@ -123,3 +123,29 @@ def test_compare_cli_on_a_trace(tmp_path, capsys):
     assert all(r["flows"] == 112 and r["iteration_ns"] > 0 for r in out["runs"])
     assert main(["backends", "compare", "--trace", str(RING8)]) == 2
     assert "--trace needs --cluster" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not HAVE_NS3 or "flow" not in FLUID, reason="needs the ns3 extra and the flow backend")
+def test_two_dgx_nodes_nvlink_nics_and_leaf():
+    """dgx-h100:2: 0 -> 1 over NVSwitch, 0 -> 9 and 2 -> 9 across NICs and the leaf, sharing the last
+    NIC link.  ns3 follows the flow backend's fair shares; TCP start-up is ~10-15 us per connection
+    (it matters on 450 GB/s NVLink), so: flow <= ns3 <= 1.08 x flow + 20 us."""
+    from xsim_trace.cluster import load_cluster
+    from xsim_trace.network import build_topology, make_backend
+    from xsim_trace.network.protocol import Flow
+    from xsim_trace.sweep.micro import TimedFlow, run_flows
+
+    topo = build_topology(load_cluster("dgx-h100:2"))
+    assert topo.route_vertices(0, 9) == [0, "h100.n0.nic0", "h100.leaf0", "h100.n1.nic1", 9]
+    flows = [TimedFlow(0, Flow(1, 0, 1, 32 * MiB)), TimedFlow(0, Flow(2, 0, 9, 16 * MiB)),
+             TimedFlow(0, Flow(3, 2, 9, 4 * MiB))]
+    out = {}
+    for name in ("analytical", "flow", "ns3"):
+        backend = make_backend(name, topo)
+        try:
+            out[name] = run_flows(backend, flows)
+        finally:
+            getattr(backend, "close", lambda: None)()
+    for fid in (1, 2, 3):
+        assert out["flow"][fid] <= out["ns3"][fid] <= 1.08 * out["flow"][fid] + 20_000, fid
+    assert out["ns3"][3] > 1.5 * out["analytical"][3]  # the shared NIC link, which analytical ignores
