@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -497,7 +497,3 @@ def make_ns3_backend(topology: Any, **options: Any) -> Ns3Backend:
         raise BackendError(INSTALL_HINT)
     return Ns3Backend(topology, Ns3Config(**options) if options else None)
 
-
-def hop_counts(topology: Any, pairs: Iterable[tuple[int, int]]) -> Sequence[int]:
-    """Number of links on each pair's route (diagnostics for comparisons)."""
-    return [max(0, len(route_vertices(topology, s, d)) - 1) for s, d in pairs]
