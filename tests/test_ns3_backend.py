@@ -246,3 +246,11 @@ def test_horizon_hint_gives_the_same_times_without_forking(star4):
         with pytest.raises(BackendError, match="before the clock"):
             b.start_flow(Flow(2, 0, 1, 10), 5)
             b.next_completion_ns(horizon_ns=1)
+
+
+def test_timeout_from_the_environment(monkeypatch):
+    monkeypatch.setenv("XSIM_NS3_TIMEOUT_S", "12.5")
+    assert Ns3Config().timeout_s == 12.5
+    monkeypatch.setenv("XSIM_NS3_TIMEOUT_S", "soon")
+    with pytest.raises(BackendError, match="field XSIM_NS3_TIMEOUT_S: expected a number of seconds"):
+        Ns3Config()

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from xsim_trace.errors import BackendError
@@ -40,6 +40,19 @@ log = logging.getLogger(__name__)
 WORKER_ARGV = (sys.executable, "-m", "xsim_trace.network.ns3_worker")
 
 INSTALL_HINT = "the ns3 backend needs the optional NS-3 bindings: pip install -e .[ns3]"
+
+
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise BackendError(f"expected a number of seconds, found {text!r}", field=name) from None
+    if value <= 0:
+        raise BackendError(f"expected a positive number of seconds, found {text!r}", field=name)
+    return value
 
 
 def ns3_available() -> bool:
@@ -62,8 +75,9 @@ class Ns3Config:
     connections: str = "persistent"
     #: further NS-3 attribute defaults as (name, text value), e.g. ("ns3::TcpL4Protocol::SocketType", "ns3::TcpNewReno")
     defaults: tuple[tuple[str, str], ...] = ()
-    #: wall-clock limit for one request to the worker (seconds)
-    timeout_s: float = 300.0
+    #: wall-clock limit for one request to the worker (seconds; env XSIM_NS3_TIMEOUT_S, default 600):
+    #: one advance over a long, busy interval is one request
+    timeout_s: float = field(default_factory=lambda: _env_seconds("XSIM_NS3_TIMEOUT_S", 600.0))
     #: wall-clock limit for starting a worker (importing NS-3 + warm-up)
     startup_timeout_s: float = 180.0
 
