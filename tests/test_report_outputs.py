@@ -116,9 +116,16 @@ def test_cli_demo_default_runs(tmp_path, capsys):
     pytest.importorskip("xsim_trace.network.registry")
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("xsim demo: replaying") and "iteration time" in text and "summary" in text
+    assert text.startswith("xsim demo: converted dlrm_kineto.tar.gz")
+    assert "-> 8 Chakra rank files" in text and "iteration time" in text and "summary" in text
     s = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert s["iteration_ns"] > 0 and s["num_ranks"] >= 2
+    assert s["iteration_ns"] > 0 and s["num_ranks"] == 8 and s["cluster"] == "v100-dgx1"
+    # the closing comparison: every rank of the capture within 1% of its measured ProfilerStep#10
+    rows = [line.split() for line in text.splitlines() if line[:4].strip().isdigit() and len(line.split()) == 8]
+    assert [int(r[0]) for r in rows] == list(range(8))
+    measured = [float(r[2]) for r in rows]
+    assert measured == [14.455, 19.901, 13.017, 19.313, 17.979, 17.797, 13.091, 12.509]
+    assert all(abs(float(r[4])) < 1.0 for r in rows)
 
 
 def test_demo_picks_a_preset_matching_the_capture_device():

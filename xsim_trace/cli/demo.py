@@ -1,8 +1,10 @@
-"""``xsim demo``: the bundled sample end to end in seconds (read the .et rank set -> replay -> report).
+"""``xsim demo``: the bundled sample end to end in seconds: convert -> replay -> report -> validate.
 
-The sample is the first multi-rank rank set under ``traces/`` (described in traces/MANIFEST.json);
-without one, a generated TP x DP training step is written as .et files to a temporary directory
-and replayed from there.  The cluster is ``--cluster``, else the sample's ``cluster`` in the
+When ``traces/`` ships a raw Kineto capture (a MANIFEST.json entry of kind ``kineto-capture``), the
+demo converts it to a Chakra rank set in a temporary directory, replays that, writes the reports and
+compares every rank's simulated step time with the measured ProfilerStep.  Otherwise it replays the
+first multi-rank rank set under ``traces/``; without one, a generated TP x DP training step is
+written as .et files to a temporary directory and replayed from there.  The cluster is ``--cluster``, else the sample's ``cluster`` in the
 manifest, else the smallest preset whose GPU matches the capture's device, else dgx-h100:2.
 """
 
@@ -59,6 +61,32 @@ def manifest_entry(prefix: str) -> dict:
     return next((s for s in samples if isinstance(s, dict) and s.get("name") == folder), {})
 
 
+def bundled_capture() -> tuple[Path, dict] | None:
+    """The raw capture under traces/ (MANIFEST entry of kind ``kineto-capture``) and its entry."""
+    path = SAMPLES_DIR / "MANIFEST.json"
+    try:
+        samples = json.loads(path.read_text(encoding="utf-8")).get("samples", [])
+    except (OSError, ValueError, AttributeError):
+        return None
+    for s in samples:
+        if isinstance(s, dict) and s.get("kind") == "kineto-capture":
+            files = [f.get("path", "") for f in s.get("files", []) if str(f.get("path", "")).endswith((".tar.gz", ".json", ".json.gz"))]
+            if files and (SAMPLES_DIR / files[0]).exists():
+                return SAMPLES_DIR / files[0], s
+    return None
+
+
+def convert_capture(capture: Path, prefix: str):
+    """Convert a bundled Kineto capture to a rank set at ``prefix``; returns the conversion."""
+    from converters import convert_kineto, read_ranks, resolve_inputs
+
+    from xsim_trace.io import write_rank_set
+
+    conv = convert_kineto(read_ranks(resolve_inputs(str(capture))))
+    write_rank_set(prefix, conv.traces, conv.comm_groups)
+    return conv
+
+
 def cluster_for_device(device: str | None, ranks: int) -> str | None:
     """The smallest preset with a GPU of the capture's family (``V100`` in ``Tesla V100-SXM2-32GB``)."""
     from xsim_trace.cluster import load_cluster, preset_names
@@ -82,8 +110,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from xsim_trace.report import fmt_ns, write_reports
 
     settings = settings_from_args(args)
+    capture = None if (args.sample or args.generated) else bundled_capture()
     prefix = args.sample or (None if args.generated else bundled_sample())
+    conversion = None
     with tempfile.TemporaryDirectory(prefix="xsim-demo-") as tmp:
+        if capture is not None:
+            import time
+
+            t0 = time.perf_counter()
+            prefix = str(Path(tmp) / "capture")
+            conversion = convert_capture(capture[0], prefix)
+            n = sum(len(t) for t in conversion.traces.values())
+            print(f"xsim demo: converted {capture[0].name} ({capture[1].get('description', 'a Kineto capture')})")
+            print(f"           -> {len(conversion.traces)} Chakra rank files, {n:,} nodes, in {time.perf_counter() - t0:.1f} s "
+                  f"(`xsim-convert kineto {capture[0].name} -o PREFIX` does the same)\n")
         if prefix is None:
             cluster, backend = network_for(args.cluster or DEMO_CLUSTER, args.backend)
             world = min(cluster.num_ranks, 32)
@@ -99,13 +139,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
         else:
             rs = read_rank_set(prefix)
             entry = manifest_entry(rs.prefix)
+            if capture is not None:
+                converted = capture[1].get("converted")
+                entry = {**(manifest_entry(str(SAMPLES_DIR / converted / "x")) if converted else {}),
+                         **{k: v for k, v in capture[1].items() if k == "cluster"}}
             device = rs.traces[0].metadata.attr(A.META_DEVICE)
             spec = args.cluster or entry.get("cluster") or cluster_for_device(device, len(rs.traces)) or DEMO_CLUSTER
             cluster, backend = network_for(spec, args.backend)
             what = entry.get("description") or f"the sample {rs.prefix}"
-            shown_prefix = rs.prefix
+            shown_prefix = None if capture is not None else rs.prefix
         nodes = sum(len(t) for t in rs.traces.values())
         print(f"xsim demo: replaying {what}")
+        if capture is not None:
+            print("           (this replay starts every rank at t=0; the comparison at the end starts each at its "
+                  "measured offset)")
         print(f"           {len(rs.traces)} ranks, {nodes:,} nodes, on {cluster.name} ({cluster.num_ranks} GPUs) with the "
               f"{backend.name} backend, {settings.chunks} chunk(s) / {settings.in_flight} in flight per collective\n")
         result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=getattr(args, "quiet", False),
@@ -114,7 +161,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
                               trace=shown_prefix, cluster=cluster.name)
         measured = [t.measured_step_ns for t in rs.traces.values() if t.measured_step_ns]
     print_outputs(result, paths)
-    if measured:
+    if conversion is not None:
+        from converters.crossrank import alltoall_schedule
+
+        from xsim_trace.validate.compare import format_table
+        from xsim_trace.validate.pipeline import validate_captures
+
+        v, _ = validate_captures(str(capture[0]), spec, lambda _step: (conversion.traces, conversion.comm_groups),
+                                 backend=backend.name, alltoall_order=alltoall_schedule)
+        print("\nsimulated vs measured, rank by rank (each rank starts at its measured step-start offset; "
+              "`xsim validate` does this for any capture):")
+        print(format_table(v, collectives=False))
+    elif measured:
         print(f"\ncaptured step time per rank: {fmt_ns(min(measured))} .. {fmt_ns(max(measured))} "
               "(`xsim validate` compares rank by rank, with the capture's start skew)")
     print("\nopen the timeline in https://ui.perfetto.dev (or chrome://tracing); "
