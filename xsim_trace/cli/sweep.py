@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tqdm import tqdm
-
+from xsim_trace.cli.progress import progress_bar
 from xsim_trace.sweep.execute import run_sweep
 from xsim_trace.sweep.spec import load_spec
 from xsim_trace.sweep.summary import plot_best, summary_table, write_summary_json
@@ -51,9 +50,8 @@ def _sweep(args: argparse.Namespace) -> int:
         nonlocal bar
         print(f"sweep {spec.name}: {len(spec.runs)} runs, {skipped} already done, {todo} to run -> {out}",
               file=sys.stderr)
-        # runs are few and slow: a bar even for small sweeps (progress_bar() hides bars under 100k items)
-        bar = tqdm(total=todo, desc=f"sweep {spec.name}", unit="run", leave=False, mininterval=0.2,
-                   disable=args.quiet or not sys.stderr.isatty())
+        # runs are few and slow: a bar even for small sweeps
+        bar = progress_bar(todo, f"sweep {spec.name}", quiet=args.quiet, unit="run", min_items=1, mininterval=0.2)
 
     def on_record(record: dict) -> None:
         if bar is not None:
