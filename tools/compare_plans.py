@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device")
     ap.add_argument("--tp", type=int)
     ap.add_argument("--cluster", default="mixed-h100-a100", help="cluster file or preset (default mixed-h100-a100)")
-    ap.add_argument("--backend", default="analytical_ca", choices=("analytical", "analytical_ca"))
+    ap.add_argument("--backend", default="analytical-ca", help="network backend (analytical, analytical-ca, flow, ns3)")
     ap.add_argument("--quick", action="store_true", help="quick alpha-beta replay instead of the engine")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", help="also write the rows to this JSON file")

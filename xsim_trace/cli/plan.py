@@ -41,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--partition", default=None, help="comma list of given,uniform,auto or 'all' (default: the plan's)")
     k.add_argument("--cluster", help="cluster file or preset for the engine replay (default: a cluster built from "
                                      "each plan's device groups)")
-    k.add_argument("--backend", default="analytical", choices=("analytical", "analytical_ca"),
-                   help="network backend of the engine replay (default analytical; analytical_ca shares links)")
+    k.add_argument("--backend", default="analytical",
+                   help="network backend of the engine replay: analytical (default), analytical-ca (shares links), "
+                        "flow, ns3")
     k.add_argument("--quick", action="store_true", help="the rewriter's quick alpha-beta replay instead of the engine")
     k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     k.set_defaults(func=cmd_compare)

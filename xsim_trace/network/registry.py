@@ -26,7 +26,7 @@ _LAZY: dict[str, tuple[str, str, str | None]] = {
 
 def register_backend(name: str, factory: Factory, *, replace: bool = False) -> None:
     """Make ``factory`` available as ``make_backend(name, ...)``."""
-    key = name.strip().lower()
+    key = normalise_name(name)
     if not key:
         raise BackendError("expected a backend name, found an empty string", field="backend")
     if not callable(factory):
@@ -64,8 +64,13 @@ def known_backends() -> list[str]:
     return sorted(set(_FACTORIES) | set(_LAZY))
 
 
+def normalise_name(name: str) -> str:
+    """Backend names are case-insensitive and ``_`` is read as ``-`` (``analytical_ca`` = ``analytical-ca``)."""
+    return str(name).strip().lower().replace("_", "-")
+
+
 def make_backend(name: str, topology: Any, **options: Any) -> Any:
-    key = str(name).strip().lower()
+    key = normalise_name(name)
     factory = _resolve(key)
     if factory is None:
         raise BackendError(f"unknown network backend {name!r} (known: {', '.join(known_backends())})", field="backend")

@@ -12,7 +12,6 @@ from xsim_trace.rewrite.plan import Plan
 from xsim_trace.rewrite.quickreplay import NodeTime
 from xsim_trace.rewrite.rewriter import RewriteResult
 
-BACKENDS = ("analytical", "analytical_ca")
 
 
 def _gpu(name: str) -> str | None:
@@ -85,18 +84,11 @@ def plan_cluster(plan: Plan, *, intra_latency_ns: float = 250.0, nic_latency_ns:
 
 
 def make_backend(name: str, cluster: Any) -> Any:
+    """Any backend of the network registry (analytical, analytical-ca, flow, ns3 ...) over ``cluster``."""
+    from xsim_trace.network import make_backend as make_named
     from xsim_trace.network.topology import build_topology
 
-    topo = build_topology(cluster)
-    if name == "analytical":
-        from xsim_trace.network.analytical import AnalyticalBackend
-
-        return AnalyticalBackend(topo)
-    if name == "analytical_ca":
-        from xsim_trace.network.analytical_ca import AnalyticalCongestionAwareBackend
-
-        return AnalyticalCongestionAwareBackend(topo)
-    raise ConfigError(f"unknown backend {name!r} (choose {', '.join(BACKENDS)})", field="--backend")
+    return make_named(name, build_topology(cluster))
 
 
 def engine_times(result: RewriteResult, cluster: Any = None, backend: str = "analytical") -> Mapping[tuple[int, int], NodeTime]:
