@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 EV_DONE, EV_STEP, EV_ISSUE, EV_P2P = 0, 1, 2, 3
 CB_COLL, CB_P2P, CB_EAGER = 0, 1, 2
+#: the horizon passed to a hinting backend when the engine has no pending event of its own
+NO_HORIZON_NS = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,9 +467,14 @@ class Engine:
         progress = self.progress
         report_every = 65536
         guard = 0
+        # a backend that accepts the horizon hint (ns3) is told, on every turn, that no flow starts
+        # before the engine's next event; its answer depends on that horizon, so it is not cached
+        hint = bool(getattr(backend, "accepts_horizon", False))
         while True:
             if flow_cb:
-                if net_dirty:
+                if hint:
+                    t_net = backend.next_completion_ns(horizon_ns=heap[0][0] if heap else NO_HORIZON_NS)
+                elif net_dirty:
                     t_net = backend.next_completion_ns()
                     net_dirty = False
             else:
