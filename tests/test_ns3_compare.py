@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from xsim_trace.cli.main import main
-from xsim_trace.network.ns3_backend import ns3_available
+from xsim_trace.network.ns3_backend import ns3_available, ns3_unusable_reason
 from xsim_trace.sweep.backends import available_backends
 from xsim_trace.sweep.micro import compare_backends, ideal_ns
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from xsim_trace.cli.main import main
-from xsim_trace.network.ns3_backend import ns3_available
+from xsim_trace.network.ns3_backend import ns3_available, ns3_unusable_reason
 from xsim_trace.sweep.backends import available_backends
 from xsim_trace.sweep.execute import run_sweep
 from xsim_trace.sweep.results import read_results
@@ -93,7 +93,7 @@ def test_pipeline_runner_fixed_global_batch_splits_work():
         pipeline_runner({**base, "microbatches": 3})
 
 
-@pytest.mark.skipif(not ns3_available(), reason="ns3 extra not installed (pip install -e .[ns3])")
+@pytest.mark.skipif(not ns3_available(), reason=str(ns3_unusable_reason()))
 @pytest.mark.ns3
 def test_pipeline_runner_on_ns3_adds_measured_transfers():
     base = {"schedule": "gpipe", "stages": 2, "microbatches": 4, "layers": 8, "fwd_ns_per_layer": 100_000,

@@ -55,9 +55,25 @@ def _env_seconds(name: str, default: float) -> float:
     return value
 
 
+def ns3_unusable_reason() -> str | None:
+    """Why the ``ns3`` package can't be used here, or None when it can (checked without importing it:
+    that takes seconds)."""
+    spec = importlib.util.find_spec("ns3")
+    if spec is None:
+        return "ns3 extra not installed (pip install -e .[ns3])"
+    # ns3 3.44's library search drops every library whose real path contains "test" (it means to skip
+    # ns-3's test libraries), so an install below e.g. /tmp/ci_test/ finds no modules and fails to import.
+    locations = list(spec.submodule_search_locations or []) or [spec.origin or ""]
+    install = os.path.realpath(locations[0])
+    if "test" in install:
+        return (f"the ns3 package is installed under {install}, a path containing 'test', which ns3 3.44's "
+                "library search skips; install it in a virtual environment elsewhere")
+    return None
+
+
 def ns3_available() -> bool:
-    """True when the ``ns3`` package is installed (checked without importing it: that takes seconds)."""
-    return importlib.util.find_spec("ns3") is not None
+    """True when the ``ns3`` package is installed and importable from where it is."""
+    return ns3_unusable_reason() is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,8 +370,9 @@ class Ns3Backend:
     name: ClassVar[str] = "ns3"
 
     def __init__(self, topology: Any, config: Ns3Config | None = None) -> None:
-        if not ns3_available():
-            raise BackendError(INSTALL_HINT)
+        reason = ns3_unusable_reason()
+        if reason is not None:
+            raise BackendError(f"{INSTALL_HINT} ({reason})")
         self.config = config or Ns3Config()
         self.topology = topology
         self.spec = topology_spec(topology)
@@ -507,7 +524,8 @@ class Ns3Backend:
 
 def make_ns3_backend(topology: Any, **options: Any) -> Ns3Backend:
     """Registry factory: ``make_backend("ns3", topology)``; options are :class:`Ns3Config` fields."""
-    if not ns3_available():
-        raise BackendError(INSTALL_HINT)
+    reason = ns3_unusable_reason()
+    if reason is not None:
+        raise BackendError(f"{INSTALL_HINT} ({reason})")
     return Ns3Backend(topology, Ns3Config(**options) if options else None)
 
