@@ -35,6 +35,10 @@ class Step:
     def dst_unique(self) -> bool:
         return len(np.unique(self.dst)) == len(self.dst)
 
+    @property
+    def src_unique(self) -> bool:
+        return len(np.unique(self.src)) == len(self.src)
+
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
@@ -203,13 +207,35 @@ _BUILDERS = {"ring": ring, "direct": direct, "halving_doubling": halving_doublin
 
 
 def build_schedule(
-    algorithm: str, ctype: int, n: int, chunk_bytes: int, *, root: int = 0, node_of: Sequence[int] | None = None
+    algorithm: str,
+    ctype: int,
+    n: int,
+    chunk_bytes: int,
+    *,
+    root: int = 0,
+    node_of: Sequence[int] | None = None,
+    order: Sequence[int] | None = None,
 ) -> Schedule:
-    """One chunk's schedule for a collective of ``ctype`` over ``n`` members."""
+    """One chunk's schedule for a collective of ``ctype`` over ``n`` members.
+
+    ``root``: the member position of a broadcast / reduce / gather / scatter root.  ``order``: the
+    member positions in ring order; the algorithm then runs over that order (ring neighbours, the
+    broadcast / reduce chain, tree and halving-doubling positions follow it) and the steps are
+    mapped back to member positions."""
     if n <= 1:
         return Schedule(algorithm, n, ())
+    perm = None
+    if order is not None:
+        perm = np.asarray(order, np.int64)
+        if sorted(perm.tolist()) != list(range(n)):
+            raise ValueError(f"order {list(order)} is not a permutation of 0..{n - 1}")
+        root = int(np.flatnonzero(perm == root)[0])
+        if node_of is not None:
+            node_of = [node_of[int(p)] for p in perm]
     if algorithm == "hierarchical":
         steps = hierarchical(ctype, n, chunk_bytes, root, node_of)
     else:
         steps = _BUILDERS[algorithm](ctype, n, chunk_bytes, root)
+    if perm is not None:
+        steps = [Step(perm[s.src], perm[s.dst], s.size_bytes, s.reduce) for s in steps]
     return Schedule(algorithm, n, tuple(s for s in steps if len(s.src)))

@@ -17,7 +17,7 @@ import numpy as np
 
 from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
-from xsim_trace.graph.kinds import NodeType
+from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import NS_PER_US, Trace
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,11 @@ class CollectiveInstance:
     comm_type: int
     size_bytes: int
     nodes: tuple[int, ...]  # global node index per member, in group member order
+    #: member position of the root of a BROADCAST / REDUCE / GATHER / SCATTER (``comm_root``;
+    #: default 0, the lowest rank of the group)
+    root: int = 0
+    #: member positions in ring order (``ring_order``), or None for the group's rank order
+    ring: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +130,8 @@ def compile_workload(
     indegree = np.zeros(total, np.int32)
     names: list[str] = []
     pg_of: dict[int, str] = {}  # global index -> pg name, for collectives
+    root_of: dict[int, int] = {}  # global index -> comm_root rank, where given
+    ring_of: dict[int, tuple[int, ...]] = {}  # global index -> ring_order ranks, where given
 
     res_rank: list[int] = []
     res_tid: list[int] = []
@@ -215,6 +222,12 @@ def compile_workload(
                     ct = a.get(A.COMM_TYPE)
                     comm_type[g] = int(ct) if ct is not None else 0
                     pg_of[g] = str(a.get(A.PG_NAME, "") or "")
+                    root = a.get(A.COMM_ROOT)
+                    if root is not None:
+                        root_of[g] = int(root)
+                    order = a.get(A.RING_ORDER)
+                    if order is not None and len(order):
+                        ring_of[g] = tuple(int(x) for x in order)
                 if exec_kind[g] in (K_SEND, K_RECV):
                     peer = int(comm_peer[g])
                     if not 0 <= peer < num_ranks:
@@ -255,7 +268,7 @@ def compile_workload(
         _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst)
 
     groups, group_names, instances, coll_instance = _match_collectives(
-        num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups
+        num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups, root_of, ring_of
     )
 
     return CompiledWorkload(
@@ -317,8 +330,46 @@ def _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src,
     raise GraphError("dependency cycle", rank=int(node_rank[node]), node=int(node_id[node]))
 
 
-def _match_collectives(num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups):
+#: collective types whose ``comm_root`` the engine honours
+ROOTED_TYPES = (CollectiveType.BROADCAST, CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER)
+
+
+def _instance_layout(pg, seq, members, nodes, ctype, node_rank, node_id, root_of, ring_of) -> tuple[int, tuple[int, ...] | None]:
+    """The root position and ring positions of one instance; every member that gives them must agree."""
+    pos = {r: i for i, r in enumerate(members)}
+    root = 0
+    roots = {g: root_of[g] for g in nodes if g in root_of}
+    if roots and ctype in ROOTED_TYPES:
+        first = next(iter(roots.values()))
+        for g, r in roots.items():
+            if r != first:
+                raise GraphError(f"collective #{seq} of process group {pg!r} has comm_root {r} here but {first} elsewhere",
+                                 rank=int(node_rank[g]), node=int(node_id[g]), field=A.COMM_ROOT)
+            if r not in pos:
+                raise GraphError(f"comm_root {r} is not a member of process group {pg!r} {list(members)}",
+                                 rank=int(node_rank[g]), node=int(node_id[g]), field=A.COMM_ROOT)
+        root = pos[first]
+    ring = None
+    orders = {g: ring_of[g] for g in nodes if g in ring_of}
+    if orders:
+        first_o = next(iter(orders.values()))
+        for g, o in orders.items():
+            if o != first_o:
+                raise GraphError(f"collective #{seq} of process group {pg!r} has ring_order {list(o)} here but {list(first_o)} elsewhere",
+                                 rank=int(node_rank[g]), node=int(node_id[g]), field=A.RING_ORDER)
+            if sorted(o) != list(members):
+                raise GraphError(f"ring_order {list(o)} is not an ordering of process group {pg!r} {list(members)}",
+                                 rank=int(node_rank[g]), node=int(node_id[g]), field=A.RING_ORDER)
+        ring = tuple(pos[r] for r in first_o)
+        if ring == tuple(range(len(members))):
+            ring = None
+    return root, ring
+
+
+def _match_collectives(num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups, root_of=None, ring_of=None):
     """Group collectives by process group and order of issue; check every member agrees."""
+    root_of = root_of or {}
+    ring_of = ring_of or {}
     per_pg: dict[str, dict[int, list[int]]] = {}
     for g in sorted(pg_of):
         per_pg.setdefault(pg_of[g], {}).setdefault(int(node_rank[g]), []).append(g)
@@ -374,7 +425,8 @@ def _match_collectives(num_ranks, pg_of, node_rank, node_id, comm_type, comm_siz
             if len(sizes) > 1:
                 log.warning("collective #%d of process group %r: members disagree on comm_size %s; using the largest", seq, pg, sorted(sizes))
             idx = len(instances)
-            instances.append(CollectiveInstance(gid, seq, ctype, max(sizes), nodes))
+            root, ring = _instance_layout(pg, seq, members, nodes, ctype, node_rank, node_id, root_of, ring_of)
+            instances.append(CollectiveInstance(gid, seq, ctype, max(sizes), nodes, root, ring))
             for g in nodes:
                 coll_instance[g] = idx
     return tuple(groups), tuple(group_names), tuple(instances), coll_instance

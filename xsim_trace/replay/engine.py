@@ -85,7 +85,7 @@ class _Plan:
 
 
 class _CollRun:
-    __slots__ = ("inst", "members", "plans", "k", "arrived", "waiting", "done", "fin")
+    __slots__ = ("inst", "members", "plans", "k", "arrived", "waiting", "pend", "over", "done", "fin")
 
     def __init__(self, inst, members, plans) -> None:
         self.inst = inst
@@ -96,6 +96,9 @@ class _CollRun:
         self.arrived: dict[tuple[int, int, int], list[int]] = {}
         # per chunk, per position: the step whose receives it waits for, else -1
         self.waiting = [[-1] * len(members) for _ in range(len(plans))]
+        # per chunk, per position: sends not yet delivered; whether its steps are all through
+        self.pend = [[0] * len(members) for _ in range(len(plans))]
+        self.over = [[False] * len(members) for _ in range(len(plans))]
         self.done = [0] * len(members)
         self.fin = [0] * len(members)
 
@@ -145,12 +148,12 @@ class Engine:
     def _schedule(self, inst, chunk_bytes: int, want_plan: bool):
         gid = inst.group
         algo = self.settings.algorithm_for(inst.comm_type)
-        key = (gid, algo, inst.comm_type, chunk_bytes)
+        key = (gid, algo, inst.comm_type, chunk_bytes, inst.root, inst.ring)
         hit = self._sched_cache.get(key)
         if hit is None:
             members = self.w.groups[gid]
             node_of = [self.node_of[r] for r in members] if self.node_of is not None else None
-            sched = build_schedule(algo, inst.comm_type, len(members), chunk_bytes, node_of=node_of)
+            sched = build_schedule(algo, inst.comm_type, len(members), chunk_bytes, root=inst.root, node_of=node_of, order=inst.ring)
             hit = [sched, None, None]
             self._sched_cache[key] = hit
         if want_plan and hit[1] is None:
@@ -365,7 +368,7 @@ class Engine:
                 n_closed += 1
                 # every member starts at `now`, so the finish times are `now` + offsets that only
                 # depend on the group, the type (hence the algorithm) and the size
-                key = (inst.group, inst.comm_type, inst.size_bytes)
+                key = (inst.group, inst.comm_type, inst.size_bytes, inst.root, inst.ring)
                 offsets = offsets_memo.get(key)
                 if offsets is None:
                     sizes = chunk_sizes(max(inst.size_bytes, 1), nchunks)
@@ -387,6 +390,7 @@ class Engine:
             while s < plan.nsteps:
                 sends = plan.sends[s].get(p)
                 if sends:
+                    run.pend[c][p] += len(sends)
                     if delay:
                         seq += 1
                         push(heap, (now + delay, seq, EV_ISSUE, (run, c, s, p, sends)))
@@ -405,7 +409,10 @@ class Engine:
                         push(heap, (t_eff, seq, EV_STEP, (run, c, p, s + 1)))
                         return
                 s += 1
-            chunk_done(run, c, p, now)
+            if run.pend[c][p]:  # a member's chunk ends once its own sends are delivered too
+                run.over[c][p] = True
+            else:
+                chunk_done(run, c, p, now)
 
         def issue(run: _CollRun, c: int, s: int, p: int, sends, now: int) -> None:
             nonlocal next_fid, n_flows, net_dirty
@@ -414,13 +421,18 @@ class Engine:
             for q, size in sends:
                 fid = next_fid
                 next_fid += 1
-                flow_cb[fid] = (CB_COLL, run, c, s, q)
+                flow_cb[fid] = (CB_COLL, run, c, s, q, p)
                 backend.start_flow(Flow(fid, src, members[q], size), now)
             n_flows += len(sends)
             net_dirty = True
 
-        def coll_flow_done(run: _CollRun, c: int, s: int, q: int, now: int) -> None:
+        def coll_flow_done(run: _CollRun, c: int, s: int, q: int, p: int, now: int) -> None:
             nonlocal seq
+            pend = run.pend[c]
+            pend[p] -= 1
+            if not pend[p] and run.over[c][p]:
+                run.over[c][p] = False
+                chunk_done(run, c, p, now)
             plan = run.plans[c]
             key = (c, s, q)
             eff = now + red_delay if plan.reduce[s] else now
@@ -540,7 +552,7 @@ class Engine:
                         raise BackendError(f"backend finished unknown flow {fid}", field="backend")
                     events += 1
                     if cb[0] == CB_COLL:
-                        coll_flow_done(cb[1], cb[2], cb[3], cb[4], now)
+                        coll_flow_done(cb[1], cb[2], cb[3], cb[4], cb[5], now)
                     elif cb[0] == CB_EAGER:
                         done_at(cb[1], now)
                         eager_landed(cb[2], now, cb[3], cb[1])
@@ -578,19 +590,24 @@ class Engine:
             hit = self._schedule(inst, cb, False)
             times = self._step_times(hit, m)
             ready = start.copy()
+            sent = start.copy()  # when each member's last send of this chunk is delivered
             uniq = hit[3] if len(hit) > 3 else None
             if uniq is None:
-                uniq = [st.dst_unique for st in hit[0].steps]
+                uniq = [(st.dst_unique, st.src_unique) for st in hit[0].steps]
                 hit.append(uniq)
-            for step, t, u in zip(hit[0].steps, times, uniq):
+            for step, t, (u, us) in zip(hit[0].steps, times, uniq):
                 arr = ready[step.src] + (delay + t)
+                if us:
+                    sent[step.src] = np.maximum(sent[step.src], arr)
+                else:
+                    np.maximum.at(sent, step.src, arr)
                 if step.reduce and red:
                     arr += red
                 if u:
                     ready[step.dst] = np.maximum(ready[step.dst], arr)
                 else:
                     np.maximum.at(ready, step.dst, arr)
-            fin = ready + delay
+            fin = np.maximum(ready, sent) + delay
             memo = (cb, start, fin)
             chunk_fin.append(fin)
         return np.max(np.stack(chunk_fin), axis=0)
