@@ -176,3 +176,13 @@ def test_describe():
     assert "fat-tree 1:1, 32 NICs/leaf; ranks 8-23" in lines[2]
     assert lines[3] == "  link h100 <-> a100: 3200 Gb/s, 2000 ns"
     assert "NVLink mesh 25 GB/s/lane (16 pairs)" in describe(load_cluster("v100-dgx1"))[1]
+
+
+def test_unknown_gpu_type_names_the_field(tmp_path):
+    from xsim_trace.cluster import load_cluster
+    from xsim_trace.errors import ConfigError
+
+    p = tmp_path / "c.yaml"
+    p.write_text("groups:\n  - name: g\n    gpu: Z100\n    count: 8\n    devices_per_node: 8\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml, field groups\[0\]\.gpu: unknown GPU type: unknown device 'Z100'"):
+        load_cluster(str(p))

@@ -28,7 +28,7 @@ def two_gpus(bw_GBps: float, latency_ns: float):
                 "groups": [
                     {
                         "name": "g",
-                        "gpu": "X",
+                        "gpu": "generic",
                         "count": 2,
                         "devices_per_node": 2,
                         "intra_node": {"kind": "mesh", "bw_GBps": bw_GBps, "latency_ns": latency_ns, "mesh": [[0, 1]]},

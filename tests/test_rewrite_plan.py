@@ -120,3 +120,13 @@ def test_auto_partition_respects_device_memory():
     assert [(m.from_stage, m.to_stage) for m in report.moves] == [(0, 1)]
     assert report.moves[0].layers == round(report.ideal[0]) - cap
     assert resolved.pipelines[0].stages[0].chunks == ((0, cap),)
+
+
+def test_wrong_type_for_a_mapping_field_is_one_line(tmp_path):
+    from xsim_trace.errors import ConfigError
+    from xsim_trace.rewrite.plan import load_plan
+
+    p = tmp_path / "p.yaml"
+    p.write_text("model: llama2-7b\npipelines: 3\n")
+    with pytest.raises(ConfigError, match=r"p\.yaml, field model: expected Mapping, found 'llama2-7b'"):
+        load_plan(p)

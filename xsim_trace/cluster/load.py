@@ -161,11 +161,30 @@ def _fabric(ctx: _Ctx, raw: Any, f: str, base: Fabric | None = None) -> Fabric:
     )
 
 
+#: the GPU type of network-only clusters (``single_switch``): no device specs, no compute scaling
+GENERIC_GPU = "generic"
+
+
+def _check_gpu(ctx: _Ctx, gpu: str, field: str) -> None:
+    """The GPU type must be one the device catalog knows (compute scaling and memory need its specs),
+    or ``generic``: a network-only cluster whose traces replay with their own compute times."""
+    from xsim_trace.devices import get_device
+
+    if gpu.strip().lower() == GENERIC_GPU:
+        return
+    try:
+        get_device(gpu)
+    except ConfigError as exc:
+        raise ctx.err(field, f"unknown GPU type: {exc.message}") from None
+
+
 def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
     d = ctx.mapping(raw, f, _GROUP_KEYS)
     name = ctx.string(d.get("name"), f + ".name")
     gpu_raw = d.get("gpu", d.get("gpu_type"))
-    gpu = ctx.string(gpu_raw, f + (".gpu" if "gpu" in d or "gpu_type" not in d else ".gpu_type"))
+    gpu_field = f + (".gpu" if "gpu" in d or "gpu_type" not in d else ".gpu_type")
+    gpu = ctx.string(gpu_raw, gpu_field)
+    _check_gpu(ctx, gpu, gpu_field)
     if "devices_per_node" not in d:
         raise ctx.err(f + ".devices_per_node", "expected a positive integer, found nothing")
     dpn = ctx.integer(d["devices_per_node"], f + ".devices_per_node")

@@ -124,7 +124,8 @@ class _Ctx:
         if kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise self.err(f"expected a number, found {v!r}", f"{where}{key}")
         if kind not in (int, float) and not isinstance(v, kind):
-            name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            name = "/".join(getattr(k, "__name__", None) or getattr(k, "_name", None) or str(k) for k in kinds)
             raise self.err(f"expected {name}, found {v!r}", f"{where}{key}")
         return float(v) if kind is float else v
 
