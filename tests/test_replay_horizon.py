@@ -104,3 +104,15 @@ def test_ns3_ring_trace_same_time_with_and_without_the_hint():
     print(f"ns3 8-NPU ring: with hint {out[True][2]:.2f} s, without {out[False][2]:.2f} s, {out[True][0]} ns")
     assert out[True][:2] == out[False][:2]
     assert out[True][1] == 112
+
+
+def test_the_engines_flow_factory_builds_ordinary_equal_frozen_flows():
+    import dataclasses  # noqa: PLC0415
+
+    from xsim_trace.replay.engine import make_flow  # noqa: PLC0415
+
+    f = make_flow(7, 1, 2, 4096)
+    assert type(f) is Flow and f == Flow(7, 1, 2, 4096) and hash(f) == hash(Flow(7, 1, 2, 4096))
+    assert (f.flow_id, f.src, f.dst, f.size_bytes) == (7, 1, 2, 4096)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.src = 3  # type: ignore[misc]

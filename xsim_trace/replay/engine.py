@@ -37,6 +37,36 @@ CB_COLL, CB_P2P, CB_EAGER = 0, 1, 2
 NO_HORIZON_NS = 1 << 62
 
 
+def _flow_factory() -> Callable[[int, int, int, int], Flow]:
+    """``Flow(flow_id, src, dst, size_bytes)``, built by filling its slots directly when Flow is the
+    plain frozen slots dataclass of those four fields (its generated ``__init__`` makes four
+    ``object.__setattr__`` calls: 0.57 vs 0.34 us here, ~4 % of a flow on analytical-ca); the
+    result is an ordinary, equal Flow.  Anything else about Flow: its own constructor."""
+    names = ("flow_id", "src", "dst", "size_bytes")
+    slots = getattr(Flow, "__slots__", ())
+    if tuple(slots) != names or hasattr(Flow, "__post_init__") or Flow.__new__ is not object.__new__:
+        return Flow
+    try:
+        setters = [Flow.__dict__[k].__set__ for k in names]
+    except (KeyError, AttributeError):
+        return Flow
+    set_id, set_src, set_dst, set_size = setters
+    new = object.__new__
+
+    def make(flow_id: int, src: int, dst: int, size_bytes: int) -> Flow:
+        f = new(Flow)
+        set_id(f, flow_id)
+        set_src(f, src)
+        set_dst(f, dst)
+        set_size(f, size_bytes)
+        return f
+
+    return make
+
+
+make_flow = _flow_factory()
+
+
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     events: int
@@ -60,7 +90,7 @@ class RawTimes:
 class _Plan:
     """One chunk schedule, indexed for the flow path."""
 
-    __slots__ = ("schedule", "sends", "need", "reduce", "nsteps")
+    __slots__ = ("schedule", "sends", "need", "prog", "reduce", "nsteps")
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
@@ -68,7 +98,9 @@ class _Plan:
         self.sends: list[dict[int, list[tuple[int, int]]]] = []
         self.need: list[dict[int, int]] = []
         self.reduce: list[bool] = []
-        shared: dict[bytes, tuple[dict, dict]] = {}  # identical steps (all of a ring's) share their tables
+        # per step: position -> (its sends or None, receives it needs), one lookup in the hot loop
+        self.prog: list[dict[int, tuple[list | None, int]]] = []
+        shared: dict[bytes, tuple[dict, dict, dict]] = {}  # identical steps (all of a ring's) share their tables
         for step in schedule.steps:
             key = step.src.tobytes() + b"|" + step.dst.tobytes() + b"|" + step.size_bytes.tobytes()
             tables = shared.get(key)
@@ -78,9 +110,11 @@ class _Plan:
                 for s, d, b in zip(step.src.tolist(), step.dst.tolist(), step.size_bytes.tolist()):
                     sends.setdefault(s, []).append((d, b))
                     need[d] = need.get(d, 0) + 1
-                tables = shared[key] = (sends, need)
+                prog = {p: (sends.get(p), need.get(p, 0)) for p in sorted(set(sends) | set(need))}
+                tables = shared[key] = (sends, need, prog)
             self.sends.append(tables[0])
             self.need.append(tables[1])
+            self.prog.append(tables[2])
             self.reduce.append(step.reduce)
 
 
@@ -226,7 +260,8 @@ class Engine:
         pop = heapq.heappop
         seq = 0
 
-        flow_cb: dict[int, tuple] = {}
+        flow_cb: dict[int, tuple] = {}  # p2p flows: flow id -> callback
+        coll_cb: dict[int, tuple] = {}  # collective flows: flow id -> (run, chunk, step, dst pos, src pos)
         next_fid = 0
         n_flows = 0
         net_dirty = False
@@ -241,13 +276,15 @@ class Engine:
         closed = self.closed_form
         events = 0
 
+        backend_start = backend.start_flow
+
         def start_flow(src: int, dst: int, size: int, now: int, cb: tuple) -> None:
             nonlocal next_fid, n_flows, net_dirty
             fid = next_fid
             next_fid += 1
             n_flows += 1
             flow_cb[fid] = cb
-            backend.start_flow(Flow(fid, src, dst, size), now)
+            backend.start_flow(make_flow(fid, src, dst, size), now)
             net_dirty = True
 
         def node_start(i: int, now: int) -> None:
@@ -385,24 +422,38 @@ class Engine:
                     enter_step(run, c, p, 0, now)
 
         def enter_step(run: _CollRun, c: int, p: int, s: int, now: int) -> None:
-            nonlocal seq
+            nonlocal seq, next_fid, n_flows, net_dirty
             plan = run.plans[c]
-            while s < plan.nsteps:
-                sends = plan.sends[s].get(p)
+            prog, nsteps = plan.prog, plan.nsteps
+            arrived = run.arrived
+            while s < nsteps:
+                ent = prog[s].get(p)
+                if ent is None:
+                    s += 1
+                    continue
+                sends, need = ent
                 if sends:
                     run.pend[c][p] += len(sends)
                     if delay:
                         seq += 1
                         push(heap, (now + delay, seq, EV_ISSUE, (run, c, s, p, sends)))
-                    else:
-                        issue(run, c, s, p, sends, now)
-                need = plan.need[s].get(p, 0)
+                    else:  # issue(run, c, s, p, sends, now), inlined: one call per flow less
+                        members = run.members
+                        src = members[p]
+                        fid = next_fid
+                        for q, size in sends:
+                            coll_cb[fid] = (run, c, s, q, p)
+                            backend_start(make_flow(fid, src, members[q], size), now)
+                            fid += 1
+                        next_fid = fid
+                        n_flows += len(sends)
+                        net_dirty = True
                 if need:
-                    rec = run.arrived.get((c, s, p))
+                    rec = arrived.get((c, s, p)) if arrived else None
                     if rec is None or rec[0] < need:
                         run.waiting[c][p] = s
                         return
-                    del run.arrived[(c, s, p)]
+                    del arrived[(c, s, p)]
                     t_eff = rec[1]
                     if t_eff > now:
                         seq += 1
@@ -418,24 +469,36 @@ class Engine:
             nonlocal next_fid, n_flows, net_dirty
             members = run.members
             src = members[p]
+            fid = next_fid
             for q, size in sends:
-                fid = next_fid
-                next_fid += 1
-                flow_cb[fid] = (CB_COLL, run, c, s, q, p)
-                backend.start_flow(Flow(fid, src, members[q], size), now)
+                coll_cb[fid] = (run, c, s, q, p)
+                backend_start(make_flow(fid, src, members[q], size), now)
+                fid += 1
+            next_fid = fid
             n_flows += len(sends)
             net_dirty = True
 
         def coll_flow_done(run: _CollRun, c: int, s: int, q: int, p: int, now: int) -> None:
             nonlocal seq
             pend = run.pend[c]
-            pend[p] -= 1
-            if not pend[p] and run.over[c][p]:
+            left = pend[p] - 1
+            pend[p] = left
+            if not left and run.over[c][p]:
                 run.over[c][p] = False
                 chunk_done(run, c, p, now)
             plan = run.plans[c]
+            eff = now + red_delay if red_delay and plan.reduce[s] else now
+            wait_row = run.waiting[c]
+            if wait_row[q] == s and plan.need[s][q] == 1:
+                # the one receive of its step, and the receiver waits for it: no bookkeeping
+                wait_row[q] = -1
+                if eff > now:
+                    seq += 1
+                    push(heap, (eff, seq, EV_STEP, (run, c, q, s + 1)))
+                else:
+                    enter_step(run, c, q, s + 1, now)
+                return
             key = (c, s, q)
-            eff = now + red_delay if plan.reduce[s] else now
             rec = run.arrived.get(key)
             if rec is None:
                 rec = run.arrived[key] = [1, eff]
@@ -483,7 +546,7 @@ class Engine:
         # before the engine's next event; its answer depends on that horizon, so it is not cached
         hint = bool(getattr(backend, "accepts_horizon", False))
         while True:
-            if flow_cb:
+            if flow_cb or coll_cb:
                 if hint:
                     t_net = backend.next_completion_ns(horizon_ns=heap[0][0] if heap else NO_HORIZON_NS)
                 elif net_dirty:
@@ -546,14 +609,16 @@ class Engine:
                         raise BackendError("network backend makes no progress", field="backend")
                     continue
                 guard = 0
+                events += len(done_ids)
                 for fid in done_ids:
+                    cb = coll_cb.pop(fid, None)
+                    if cb is not None:
+                        coll_flow_done(cb[0], cb[1], cb[2], cb[3], cb[4], now)
+                        continue
                     cb = flow_cb.pop(fid, None)
                     if cb is None:
                         raise BackendError(f"backend finished unknown flow {fid}", field="backend")
-                    events += 1
-                    if cb[0] == CB_COLL:
-                        coll_flow_done(cb[1], cb[2], cb[3], cb[4], cb[5], now)
-                    elif cb[0] == CB_EAGER:
+                    if cb[0] == CB_EAGER:
                         done_at(cb[1], now)
                         eager_landed(cb[2], now, cb[3], cb[1])
                     else:
