@@ -145,3 +145,13 @@ def test_bad_root_or_ring_order_names_rank_node_and_field(attrs_by_rank, field, 
         replay(traces, PairTimes(), ONE)
     msg = str(e.value)
     assert text in msg and field in msg and "node" in msg and "rank" in msg
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree", "direct", "halving_doubling"])
+@pytest.mark.parametrize("ctype", [C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER, C.BROADCAST, C.REDUCE, C.GATHER, C.SCATTER, C.ALL_TO_ALL])
+def test_closed_form_equals_flow_path_with_uneven_links_roots_and_ring_order(algo, ctype):
+    # uneven per-pair times, 2 chunks, endpoint and reduction delays: the sender rule, comm_root and
+    # ring_order give the same per-rank ends on both paths
+    s = ReplaySettings(algorithms={ctype: algo}, chunks=2, in_flight=1, endpoint_delay_ns=7, reduction_delay_ns=3)
+    a = ends(ctype, 4096, n=8, settings=s, comm_root=5, ring_order=[0, 3, 6, 1, 4, 7, 2, 5])
+    assert max(a) > 1000

@@ -156,6 +156,26 @@ def chunk_sizes(size_bytes: int, chunks: int) -> list[int]:
     return [base + (1 if c < extra else 0) for c in range(chunks)]
 
 
+def _latest_sends(steps, times: list[np.ndarray], n: int) -> list[tuple | None]:
+    """Per step, the sends that can be their member's latest delivery of a chunk, else None.
+
+    A member's ready time never decreases from step to step, so a send is dominated by any later
+    send of the same member that takes at least as long; only the others need tracking (in a ring
+    only each member's last send: its steps all go to one neighbour with one size).  Entries:
+    (index into the step's transfers or None for all, their source positions, sources unique)."""
+    out: list[tuple | None] = [None] * len(steps)
+    later = np.full(n, -1, np.int64)  # longest transfer time of a member's later sends
+    for i in range(len(steps) - 1, -1, -1):
+        src, t = steps[i].src, np.asarray(times[i], np.int64)
+        keep = t > later[src]
+        if keep.any():
+            sel = None if keep.all() else np.flatnonzero(keep)
+            srcs = src if sel is None else src[sel]
+            out[i] = (sel, srcs, len(np.unique(srcs)) == len(srcs))
+        np.maximum.at(later, src, t)
+    return out
+
+
 class Engine:
     def __init__(
         self,
@@ -656,16 +676,18 @@ class Engine:
             times = self._step_times(hit, m)
             ready = start.copy()
             sent = start.copy()  # when each member's last send of this chunk is delivered
-            uniq = hit[3] if len(hit) > 3 else None
-            if uniq is None:
-                uniq = [(st.dst_unique, st.src_unique) for st in hit[0].steps]
-                hit.append(uniq)
-            for step, t, (u, us) in zip(hit[0].steps, times, uniq):
+            if len(hit) < 5:
+                hit.append([st.dst_unique for st in hit[0].steps])
+                hit.append(_latest_sends(hit[0].steps, times, len(members)))
+            for step, t, u, last in zip(hit[0].steps, times, hit[3], hit[4]):
                 arr = ready[step.src] + (delay + t)
-                if us:
-                    sent[step.src] = np.maximum(sent[step.src], arr)
-                else:
-                    np.maximum.at(sent, step.src, arr)
+                if last is not None:  # sends that may be their member's latest delivery
+                    sel, srcs, srcs_unique = last
+                    a = arr if sel is None else arr[sel]
+                    if srcs_unique:
+                        sent[srcs] = np.maximum(sent[srcs], a)
+                    else:
+                        np.maximum.at(sent, srcs, a)
                 if step.reduce and red:
                     arr += red
                 if u:
