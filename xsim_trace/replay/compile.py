@@ -265,7 +265,8 @@ def compile_workload(
     np.cumsum(counts, out=succ_ptr[1:])
 
     if np.any(src >= dst):  # some dependency points forward in file order: check for cycles
-        _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst)
+        _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst,
+                       sources={r: traces[r].source for r in ranks})
 
     groups, group_names, instances, coll_instance = _match_collectives(
         num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups, root_of, ring_of
@@ -300,8 +301,8 @@ def compile_workload(
     )
 
 
-def _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst) -> None:
-    """Kahn's algorithm; on a cycle, name one node that lies on it."""
+def _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst, sources=None) -> None:
+    """Kahn's algorithm; on a cycle, name its file, rank and nodes."""
     indeg = indegree.astype(np.int64).tolist()
     ptr = succ_ptr.tolist()
     succ = succ_idx.tolist()
@@ -327,7 +328,14 @@ def _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src,
     while node not in seen:
         seen.add(node)
         node = preds[node]
-    raise GraphError("dependency cycle", rank=int(node_rank[node]), node=int(node_id[node]))
+    cycle = [node]  # walk the cycle once more to name it (each depends on the one before)
+    while preds[cycle[-1]] != node:
+        cycle.append(preds[cycle[-1]])
+    path = " <- ".join(f"{int(node_id[i])}" + (f" (rank {int(node_rank[i])})" if node_rank[i] != node_rank[node] else "")
+                       for i in cycle[:12])
+    rank = int(node_rank[node])
+    raise GraphError(f"dependency cycle: {path} <- {int(node_id[node])}" + (" ..." if len(cycle) > 12 else ""),
+                     file=(sources or {}).get(rank), rank=rank, node=int(node_id[node]))
 
 
 #: collective types whose ``comm_root`` the engine honours
