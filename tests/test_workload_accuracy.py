@@ -40,3 +40,35 @@ def test_ci_rows_parse_and_skip_with_reasons(tool):
     assert any("T5" in why for _, why in skipped)
     row = next(r for r in rows if r.name == "gpt/gpt3_mcore_tp4_pp1_resume_torch [dev_dgx_a100]")
     assert (row.fw.tp, row.fw.dp, row.fw.microbatches, row.model.vocab) == (4, 2, 4, 50688)
+
+
+def test_ci_rows_take_the_transformer_implementation_from_the_test_case(tool):
+    rows = {r.name: r for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])}
+    # --transformer-impl local (gpt3_mcore_tp*), TE unfused attention (BERT), local spec, TE removed: no flash
+    for name in ("gpt/gpt3_mcore_tp4_pp1_resume_torch [dev_dgx_a100]", "bert/bert_mcore_tp2_pp2 [lts_dgx_a100]",
+                 "bert/bert_mcore_tp2_pp2_local_spec [dev_dgx_h100]", "gpt/gpt3_mcore_tp2_pp2_uninstall_te [dev_dgx_a100]"):
+        assert rows[name].model.flash_attention is False, name
+    assert rows["gpt/gpt3_mcore_te_tp1_pp2_resume_torch_dist_rope_embeddings [dev_dgx_a100]"].model.flash_attention is True
+    assert {r.golden for r in rows.values()} == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100"}
+
+
+def test_one_calibration_per_golden_and_out_of_scope_reasons(tool):
+    assert set(tool.CALIBRATION) == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100", "sc21"}
+    assert all(set(c) <= {"host_op_overhead_ns"} for c in tool.CALIBRATION.values())
+    rows = tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])
+    oos = [r for r in rows if tool.out_of_scope(r)]
+    assert 0 < len(oos) < len(rows) // 5
+    muon = next(r for r in rows if "_muon [" in r.name)
+    assert "Muon" in tool.out_of_scope(muon)
+    assert tool.out_of_scope(next(r for r in rows if r.name.startswith("gpt/gpt3_mcore_tp1_pp2 ["))) is None
+
+
+def test_ci_closed_form_accuracy_does_not_regress(tool):
+    """Closed form over every CI row under the shipped calibration (figures in docs/workload.md)."""
+    import statistics
+
+    rows = tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])
+    errs = {r.name: abs(tool.predict(r, tool.CALIBRATION)[0] - r.measured_s) / r.measured_s for r in rows}
+    in_scope = [e for r in rows if not tool.out_of_scope(r) for e in [errs[r.name]]]
+    assert statistics.median(errs.values()) < 0.14
+    assert statistics.median(in_scope) < 0.135

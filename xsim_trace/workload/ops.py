@@ -38,7 +38,10 @@ class ComputeOp:
     flops: int
     bytes_accessed: int
     kernels: int = 1  # how many kernel launches this op stands for (device-overhead model)
-    host_weight: float = 1.0  # host issue cost in units of the device's host_op_overhead_ns per kernel
+    #: host issue cost in units of the device's host_op_overhead_ns per kernel; chosen so that
+    #: kernels * host_weight = the framework module calls the op stands for (the host cost of a
+    #: Megatron step is Python/PyTorch work per module call, not per CUDA launch)
+    host_weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +79,14 @@ def _gemm(name: str, m: int, n: int, k: int, elt: int, kernels: int = 1) -> Comp
     return ComputeOp(name, KernelClass.GEMM, 2 * m * n * k, (m * k + k * n + m * n) * elt, kernels)
 
 
-def _mem(name: str, kc: KernelClass, nbytes: int, kernels: int = 1) -> ComputeOp:
-    return ComputeOp(name, kc, 0, nbytes, kernels)
+def _mem(name: str, kc: KernelClass, nbytes: int, kernels: int = 1, modules: float = 1.0) -> ComputeOp:
+    """A memory-bound op of ``kernels`` launches issued by ``modules`` framework module calls."""
+    return ComputeOp(name, kc, 0, nbytes, kernels, modules / kernels)
+
+
+#: the unfused attention core (scores, softmax + dropout, context) is one module call on the host
+#: (Megatron's DotProductAttention / TE's unfused backend), shared by its three ops
+_CORE_SHARE = 1.0 / 3.0
 
 
 def _tp_in(model: ModelSpec, fw: Framework, d: Dims, name: str) -> list[Op]:
@@ -109,9 +118,9 @@ def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
         ops.append(ComputeOp("flash_attention", KernelClass.ATTENTION, flops, nbytes, kernels=1))
         return ops
     score_bytes = fw.micro_batch * heads_tp * (d.tokens // fw.micro_batch) * d.seq_kv * d.elt
-    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes))
-    ops.append(_mem("attn_softmax_dropout", KernelClass.SOFTMAX, 3 * score_bytes, kernels=2))
-    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt))
+    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes, 1, _CORE_SHARE))
+    ops.append(_mem("attn_softmax_dropout", KernelClass.SOFTMAX, 3 * score_bytes, kernels=2, modules=_CORE_SHARE))
+    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt, 1, _CORE_SHARE))
     return ops
 
 
@@ -139,8 +148,9 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     ]
     if fw.ep > 1:
         ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
-    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, kernels=2 * local_experts))
-    ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp, kernels=local_experts))
+    # one expert MLP module per local expert (two GEMM launches each)
+    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, 2 * local_experts, 0.5))
+    ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp, kernels=local_experts, modules=local_experts))
     if fw.ep > 1:
         ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
     ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3))

@@ -1,0 +1,64 @@
+"""Host-side cost model: one framework module call = one host_op_overhead_ns, whatever the kernels."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from xsim_trace.workload import ops as O
+from xsim_trace.workload.framework import Framework
+from xsim_trace.workload.model import get_model
+
+from workload_helpers import setup, small_llama
+
+H = 100_000  # 100 us per module call
+
+
+def _timer(model, fw):
+    program, timer = setup(model, fw)
+    return program, type(timer)(dataclasses.replace(timer.device, host_op_overhead_ns=H), timer.links, fw)
+
+
+def _host(timer, ops):
+    return sum(timer.host_ns(op) for op in ops)
+
+
+def test_unfused_attention_core_is_one_module_call():
+    fw = Framework()
+    model = small_llama().with_(flash_attention=False)
+    _, timer = _timer(model, fw)
+    core = [op for op in O.attention_core_ops(model, fw, O.dims(model, fw)) if isinstance(op, O.ComputeOp)]
+    assert [op.name for op in core] == ["attn_scores_bmm", "attn_softmax_dropout", "attn_context_bmm"]
+    assert sum(op.kernels for op in core) == 4  # the device still pays 4 launches
+    assert abs(_host(timer, core) - H) <= len(core)  # each op rounds to whole ns
+    # forward layer: input_norm, qkv, rope, [core], out_proj, residual, post_norm, fc1, act, fc2, residual = 11 calls
+    assert abs(_host(timer, O.layer_forward(model, fw)) - 11 * H) <= 3
+    flash = small_llama()
+    _, ftimer = _timer(flash, fw)
+    assert _host(ftimer, O.layer_forward(flash, fw)) == 11 * H  # the flash kernel is one call too
+
+
+def test_multi_kernel_ops_cost_one_call_and_experts_one_each():
+    fw = Framework(ep=1)
+    model = small_llama()
+    _, timer = _timer(model, fw)
+    head = O.head_forward(model, fw)  # final_norm, logits, cross_entropy (6 kernels)
+    assert _host(timer, head) == 3 * H
+    assert _host(timer, O.embedding_forward(model, fw)) == H  # 3 kernels, one module
+    moe = get_model("mixtral-8x7b").with_(layers=2, seq_len=256)
+    fw = Framework(ep=2, dp=2, global_batch=2)
+    _, mtimer = _timer(moe, fw)
+    by_name = {op.name: op for op in O.mlp_ops(moe, fw, O.dims(moe, fw)) if isinstance(op, O.ComputeOp)}
+    local = moe.moe_experts // 2
+    assert mtimer.host_ns(by_name["moe_experts"]) == local * H  # one expert MLP call per local expert
+    assert mtimer.host_ns(by_name["moe_expert_act"]) == local * H
+    assert mtimer.host_ns(by_name["moe_permute"]) == H and mtimer.host_ns(by_name["moe_unpermute"]) == H
+
+
+def test_backward_gemm_pair_costs_the_forward_call():
+    fw = Framework()
+    model = small_llama()
+    _, timer = _timer(model, fw)
+    fwd = [op for op in O.layer_forward(model, fw) if op.name == "qkv_proj"]
+    bwd = O.backward_of(fwd)
+    assert [op.name for op in bwd] == ["qkv_proj_dgrad", "qkv_proj_wgrad"]
+    assert _host(timer, bwd) == H
