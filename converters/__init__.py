@@ -13,7 +13,7 @@ except the CLI front end (xsim_trace/cli/convert.py).
 from converters.common import measured_replay
 from converters.kineto import Conversion, convert_kineto, read_ranks, select_step
 from converters.pytorch_et import convert_pytorch, read_ets
-from converters.sources import Source, resolve_inputs
+from xsim_trace.io.sources import Source, resolve_inputs
 from converters.text import convert_text_file, convert_workload, parse_workload
 
 __all__ = [

@@ -616,7 +616,7 @@ class Conversion:
 
 def read_ranks(sources: Sequence[Any], progress: Callable[[int], None] | None = None,
                on_file: Callable[[str], None] | None = None) -> list[KinetoTrace]:
-    """Read Kineto files (``converters.sources.Source``) and order them by rank."""
+    """Read Kineto files (``xsim_trace.io.sources.Source``) and order them by rank."""
     from converters.kineto_reader import read_kineto
 
     out = []
@@ -630,7 +630,7 @@ def read_ranks(sources: Sequence[Any], progress: Callable[[int], None] | None = 
 
 def assign_ranks(kts: Sequence[KinetoTrace]) -> dict[int, KinetoTrace]:
     """Rank of each file: ``distributedInfo.rank``, else the number in its name, else its position."""
-    from converters.sources import rank_from_name
+    from xsim_trace.io.sources import rank_from_name
 
     ranks: dict[int, KinetoTrace] = {}
     for pos, kt in enumerate(kts):

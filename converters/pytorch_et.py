@@ -29,7 +29,7 @@ from xsim_trace.graph.model import IOInfo
 
 from converters.kineto import Conversion, convert_kineto
 from converters.kineto_reader import CPU_CATS, Event, KinetoTrace
-from converters.sources import Source, rank_from_name
+from xsim_trace.io.sources import Source, rank_from_name
 
 log = logging.getLogger(__name__)
 

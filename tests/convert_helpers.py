@@ -25,7 +25,7 @@ def need(path: Path) -> Path:
 @functools.lru_cache(maxsize=None)
 def dlrm_kineto_raw():
     from converters.kineto import read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     return tuple(read_ranks(resolve_inputs(need(DLRM_KINETO))))
 
@@ -40,6 +40,6 @@ def dlrm_conversion():
 @functools.lru_cache(maxsize=None)
 def hta_conversion(step="all"):
     from converters.kineto import convert_kineto, read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     return convert_kineto(read_ranks(resolve_inputs(need(HTA_NCCL))), step=step)

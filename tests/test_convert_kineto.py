@@ -189,7 +189,7 @@ def _write_json(path, obj):
 
 def test_malformed_event_names_its_index(tmp_path):
     from converters.kineto import read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     good = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}
     bad = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": "soon", "dur": 1}
@@ -207,7 +207,7 @@ def test_malformed_event_names_its_index(tmp_path):
 def test_small_synthetic_trace_edges(tmp_path):
     """Hand-made: launch -> kernel, stream order, a wait edge, a sync, idle gap as a delay."""
     from converters.kineto import convert_kineto, read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     X = lambda cat, name, tid, ts, dur, **args: {"ph": "X", "cat": cat, "name": name, "pid": 1 if cat != "kernel" else 0,  # noqa: E731
                                                  "tid": tid, "ts": ts, "dur": dur, "args": args}
@@ -247,7 +247,7 @@ def test_small_synthetic_trace_edges(tmp_path):
 def test_module_and_layer_names_from_nn_module_scopes():
     """TraceLens H100 Qwen1.5-0.5B capture (with_modules): nn.Module scopes name nodes; 24 decoder layers."""
     from converters.kineto import convert_kineto, read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
     from convert_helpers import SHARED_TRACES, need
 
     path = need(SHARED_TRACES / "kineto" / "tracelens_h100_qwen05b")
@@ -263,7 +263,7 @@ def test_module_and_layer_names_from_nn_module_scopes():
 
 def test_default_step_skips_a_step_cut_off_by_the_capture(tmp_path):
     from converters.kineto import convert_kineto, read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     def X(cat, name, ts, dur, tid=1, **args):
         return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat == "kernel" else 1, "tid": tid, "ts": ts,

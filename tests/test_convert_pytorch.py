@@ -11,7 +11,7 @@ import pytest
 
 from converters.kineto import read_ranks
 from converters.pytorch_et import ET_RF_ID, convert_pytorch, link, pair_files, read_et_json, read_ets
-from converters.sources import resolve_inputs
+from xsim_trace.io.sources import resolve_inputs
 from xsim_trace.errors import FormatError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.checks import check_rank_set

@@ -12,7 +12,7 @@ import pytest
 
 from converters import crossrank, nccl
 from converters.common import GraphBuilder, finalize, measured_replay
-from converters.sources import rank_from_name, resolve_inputs
+from xsim_trace.io.sources import rank_from_name, resolve_inputs
 from xsim_trace.errors import FormatError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType

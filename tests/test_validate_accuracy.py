@@ -45,7 +45,7 @@ def _check_host_threads(v) -> None:
 def _run(spec: str, cluster: str, step=None, skew: bool = True):
     from converters.crossrank import alltoall_schedule
     from converters.kineto import convert_kineto, read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     from xsim_trace.validate.pipeline import validate_captures
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from converters.crossrank import alltoall_schedule  # noqa: E402
 from converters.kineto import convert_kineto, read_ranks  # noqa: E402
-from converters.sources import resolve_inputs  # noqa: E402
+from xsim_trace.io.sources import resolve_inputs  # noqa: E402
 
 from xsim_trace.errors import XsimError  # noqa: E402
 from xsim_trace.io import atomic_write  # noqa: E402

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from converters.kineto import convert_kineto, read_ranks  # noqa: E402
-from converters.sources import resolve_inputs  # noqa: E402
+from xsim_trace.io.sources import resolve_inputs  # noqa: E402
 from xsim_trace.io import write_rank_set  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "traces" / "kineto"

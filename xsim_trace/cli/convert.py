@@ -86,7 +86,7 @@ def _summary(prefix: str, conv: Any, paths: list) -> None:
 
 def cmd_kineto(args: argparse.Namespace) -> int:
     from converters.kineto import convert_kineto
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     sources = resolve_inputs(args.input)
     kts = _read(sources, args.quiet, "reading Kineto")
@@ -98,7 +98,7 @@ def cmd_kineto(args: argparse.Namespace) -> int:
 
 def cmd_pytorch(args: argparse.Namespace) -> int:
     from converters.pytorch_et import convert_pytorch, read_ets
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     kts = _read(resolve_inputs(args.kineto), args.quiet, "reading Kineto")
     ets = read_ets(resolve_inputs(args.et))

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from converters.crossrank import alltoall_schedule
     from converters.kineto import convert_kineto, read_ranks
-    from converters.sources import resolve_inputs
+    from xsim_trace.io.sources import resolve_inputs
 
     from xsim_trace.errors import ConfigError
     from xsim_trace.validate.compare import format_table

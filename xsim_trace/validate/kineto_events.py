@@ -7,28 +7,18 @@ a time; only the fields the measurements need are kept, as integer nanoseconds.
 
 from __future__ import annotations
 
-import glob as _glob
-import gzip
-import io
 import os
-import re
-import tarfile
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import Iterator
 
 import ijson
 
 from xsim_trace.errors import FormatError
+from xsim_trace.io.sources import Source, resolve_inputs
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-_JSON_SUFFIXES = (".json", ".json.gz")
-_RANK_IN_NAME = (
-    re.compile(r"(?:rank|worker|trainer|gpu)[_\-.]?(\d+)", re.IGNORECASE),
-    re.compile(r"[_\-.](\d+)\.(?:pt\.trace\.)?json(?:\.gz)?$", re.IGNORECASE),
-)
 
 #: Kineto categories of device-side activity
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -36,29 +26,8 @@ GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 
 
-@dataclass(frozen=True, slots=True)
-class CaptureFile:
-    """One Kineto JSON (plain or gzip), possibly a member of an archive."""
-
-    name: str
-    opener: Callable[[], IO[bytes]]
-
-    def open(self) -> IO[bytes]:
-        raw = self.opener()
-        if not hasattr(raw, "peek"):
-            raw = io.BufferedReader(raw)  # type: ignore[arg-type]
-        if raw.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[union-attr]
-            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-        return raw
-
-    @property
-    def rank_hint(self) -> int | None:
-        base = os.path.basename(self.name)
-        for pattern in _RANK_IN_NAME:
-            m = pattern.search(base)
-            if m:
-                return int(m.group(1))
-        return None
+#: one Kineto JSON (plain or gzip), possibly a member of an archive: the io package's input source
+CaptureFile = Source
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,45 +67,17 @@ def us_to_ns(value: object) -> int:
     raise TypeError(f"not a number: {value!r}")
 
 
-def _tar_members(path: Path) -> list[CaptureFile]:
-    out: list[CaptureFile] = []
-    with tarfile.open(path, "r:*") as tar:
-        names = sorted(m.name for m in tar.getmembers() if m.isfile() and m.name.endswith(_JSON_SUFFIXES))
-
-    for member in names:
-        def opener(member: str = member) -> IO[bytes]:
-            tar = tarfile.open(path, "r:*")
-            f = tar.extractfile(member)
-            assert f is not None
-            return f  # the TarFile stays alive as long as the member stream references it
-
-        out.append(CaptureFile(f"{path}:{member}", opener))
-    return out
-
-
 def resolve_captures(spec: str | os.PathLike[str]) -> list[CaptureFile]:
-    """Kineto files named by ``spec`` (file, folder, glob or tarball), sorted by name."""
+    """Kineto files named by ``spec`` (file, folder, glob or tarball), sorted by name; in a folder,
+    glob or archive, files that are not Kineto captures (PyTorch ETs) are left out."""
     text = os.fspath(spec)
-    path = Path(text)
-    if path.is_dir():
-        files: list[CaptureFile] = []
-        for child in sorted(path.iterdir()):
-            if child.name.endswith(_TAR_SUFFIXES):
-                files.extend(_tar_members(child))
-            elif child.is_file() and child.name.endswith(_JSON_SUFFIXES):
-                files.append(CaptureFile(str(child), lambda c=child: open(c, "rb")))
-        return [f for f in files if is_kineto(f)]
-    if path.is_file():
-        if text.endswith(_TAR_SUFFIXES):
-            return _tar_members(path)
-        return [CaptureFile(text, lambda: open(path, "rb"))]
-    matches = sorted(_glob.glob(text))
-    if matches:
-        out: list[CaptureFile] = []
-        for m in matches:
-            out.extend(resolve_captures(m))
-        return out
-    raise FormatError("no such Kineto capture (file, folder, glob or .tar.gz)", file=text)
+    try:
+        sources = resolve_inputs(text)
+    except FormatError as exc:
+        raise FormatError(f"no such Kineto capture (file, folder, glob or .tar.gz): {exc.message}", file=text) from None
+    if len(sources) == 1 and Path(text).is_file() and not text.endswith(_TAR_SUFFIXES):
+        return sources
+    return [s for s in sources if is_kineto(s)]
 
 
 def is_kineto(capture: CaptureFile) -> bool:

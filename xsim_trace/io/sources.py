@@ -1,4 +1,4 @@
-"""Input resolution for the converters: a file, a folder of rank files, a glob, or a .tar.gz holding them.
+"""Input resolution for front ends: a file, a folder of rank files, a glob, or a .tar.gz holding them.
 
 Each input becomes a :class:`Source`: a display name plus a way to open it as a binary stream
 (transparently gunzipped).  Tar members are streamed from the archive, never extracted to disk.
