@@ -50,3 +50,21 @@ def random_flows(num_ranks: int, count: int, *, seed: int, max_bytes: int = 1 <<
         dst = rng.randrange(num_ranks)
         out.append((rng.randrange(0, span_ns, 100), Flow(fid, src, dst, rng.randrange(0, max_bytes))))
     return out
+
+
+#: a 16-GPU two-tier fat-tree (4 nodes x 4 GPUs, 2 NICs per node, 4 NICs per leaf, 2 spines, 2:1
+#: oversubscription) shared by the topology, backend and reference-simulator tests
+SMALL_FAT_TREE = {
+    "name": "ft",
+    "fabric": {"kind": "fat-tree", "latency_ns": 300, "oversubscription": 2, "nics_per_leaf": 4, "spines": 2},
+    "groups": [
+        {
+            "name": "g",
+            "gpu": "H100",
+            "nodes": 4,
+            "devices_per_node": 4,
+            "intra_node": {"bw_GBps": 100, "latency_ns": 200},
+            "nic": {"count": 2, "nic_gbps": 100, "latency_ns": 500},
+        }
+    ],
+}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from network_helpers import drive, random_flows
+from network_helpers import SMALL_FAT_TREE, drive, random_flows
 from xsim_trace.cluster import astra_GBps, cluster_from_dict, single_switch
 from xsim_trace.errors import BackendError
 from xsim_trace.network import (
@@ -126,20 +126,6 @@ def test_same_rank_and_empty_flows(name, star4):
     assert got[1] == 10 + (200 if name != "analytical-ca" else 200)
 
 
-SMALL_FAT_TREE = {
-    "name": "ft",
-    "fabric": {"kind": "fat-tree", "latency_ns": 300, "oversubscription": 2, "nics_per_leaf": 4, "spines": 2},
-    "groups": [
-        {
-            "name": "g",
-            "gpu": "H100",
-            "nodes": 4,
-            "devices_per_node": 4,
-            "intra_node": {"bw_GBps": 100, "latency_ns": 200},
-            "nic": {"count": 2, "nic_gbps": 100, "latency_ns": 500},
-        }
-    ],
-}
 
 
 @pytest.mark.parametrize("name", BUILTIN)

@@ -13,24 +13,10 @@ from collections import deque
 
 import pytest
 
-from network_helpers import drive, random_flows
+from network_helpers import SMALL_FAT_TREE as SMALL, drive, random_flows
 from xsim_trace.cluster import cluster_from_dict, single_switch
 from xsim_trace.network import build_topology, make_backend
 
-SMALL = {
-    "name": "ref",
-    "fabric": {"kind": "fat-tree", "latency_ns": 300, "oversubscription": 2, "nics_per_leaf": 4, "spines": 2},
-    "groups": [
-        {
-            "name": "g",
-            "gpu": "H100",
-            "nodes": 4,
-            "devices_per_node": 4,
-            "intra_node": {"bw_GBps": 100, "latency_ns": 200},
-            "nic": {"count": 2, "nic_gbps": 100, "latency_ns": 500},
-        }
-    ],
-}
 
 
 def _ceil(x: float) -> int:

@@ -7,6 +7,7 @@ import pytest
 from xsim_trace.cluster import cluster_from_dict, single_switch
 from xsim_trace.errors import ConfigError
 from xsim_trace.network import build_topology
+from network_helpers import SMALL_FAT_TREE as FT  # noqa: E402
 
 
 def kinds(topo, s, d):
@@ -33,20 +34,6 @@ def test_dgx_h100_routes():
     assert t.path_bottleneck_GBps(0, 1) == 450.0
 
 
-FT = {
-    "name": "ft",
-    "fabric": {"kind": "fat-tree", "latency_ns": 300, "oversubscription": 2, "nics_per_leaf": 4, "spines": 2},
-    "groups": [
-        {
-            "name": "g",
-            "gpu": "H100",
-            "nodes": 4,
-            "devices_per_node": 4,
-            "intra_node": {"bw_GBps": 100, "latency_ns": 200},
-            "nic": {"count": 2, "nic_gbps": 100, "latency_ns": 500},
-        }
-    ],
-}
 
 
 def test_fat_tree_oversubscription_and_d_mod_k():
