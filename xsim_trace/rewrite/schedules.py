@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from xsim_trace.errors import ConfigError
+from xsim_trace.workload import schedule as stage_order
 
 
 class Schedule(enum.Enum):
@@ -54,39 +55,14 @@ def stage_ops(schedule: Schedule | str, stage: int, num_stages: int, num_microba
     schedule = Schedule.parse(schedule) if isinstance(schedule, str) else schedule
     p, m, v, s = num_stages, num_microbatches, chunks, stage
     _check(p, m, v, schedule)
+    # one implementation of the op order: the workload generator's (same Megatron orders)
     if schedule is Schedule.GPIPE:
-        return tuple([PipeOp("F", i) for i in range(m)] + [PipeOp("B", i) for i in range(m)])
-    if schedule is Schedule.ONE_F_ONE_B:
-        warm = min(p - s - 1, m)
-        ops = [PipeOp("F", i) for i in range(warm)]
-        f, b = warm, 0
-        while f < m:
-            ops.append(PipeOp("F", f))
-            f += 1
-            ops.append(PipeOp("B", b))
-            b += 1
-        ops += [PipeOp("B", i) for i in range(b, m)]
-        return tuple(ops)
-    # interleaved (Megatron's order): k-th forward is chunk (k // p) % v of micro-batch
-    # (k // (p v)) * p + k % p; backwards walk the chunks in reverse.
-    total = m * v
-
-    def fwd(k: int) -> PipeOp:
-        return PipeOp("F", (k // (p * v)) * p + k % p, (k // p) % v)
-
-    def bwd(k: int) -> PipeOp:
-        return PipeOp("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
-
-    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
-    ops = [fwd(k) for k in range(warm)]
-    f, b = warm, 0
-    while f < total:
-        ops.append(fwd(f))
-        f += 1
-        ops.append(bwd(b))
-        b += 1
-    ops += [bwd(k) for k in range(b, total)]
-    return tuple(ops)
+        steps = stage_order.gpipe(s, p, m)
+    elif schedule is Schedule.ONE_F_ONE_B:
+        steps = stage_order.one_f_one_b(s, p, m)
+    else:
+        steps = stage_order.interleaved(s, p, m, v)
+    return tuple(PipeOp("F" if st.forward else "B", st.microbatch, st.chunk) for st in steps)
 
 
 def all_stage_ops(schedule: Schedule | str, num_stages: int, num_microbatches: int, chunks: int = 1) -> tuple[tuple[PipeOp, ...], ...]:
