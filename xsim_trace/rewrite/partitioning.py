@@ -10,6 +10,7 @@ from xsim_trace.errors import ConfigError
 from xsim_trace.rewrite.partition import PartitionReport, StageCapacity, partition_layers, uniform_partition
 from xsim_trace.rewrite.plan import Plan, PipelinePlan, check_memory, max_layers_in_memory, validate_plan
 from xsim_trace.rewrite.scaling import layer_compute_ns, mean_layer_ns
+from xsim_trace.rewrite.template_set import Templates, as_template_set
 from xsim_trace.rewrite.templates import ModelTemplate
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,8 @@ def _extra(template: ModelTemplate, part, device: str, tp: int, per_layer_ns: in
     return Fraction(layer_compute_ns(part, template, device, tp), per_layer_ns)
 
 
-def partition_pipeline(plan: Plan, index: int, template: ModelTemplate, how: str) -> tuple[PipelinePlan, PartitionReport]:
+def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -> tuple[PipelinePlan, PartitionReport]:
+    tset = as_template_set(templates)
     pipe = plan.pipelines[index]
     p, v, n = len(pipe.stages), plan.chunks, plan.model.num_layers
     caps: list[StageCapacity] = []
@@ -29,6 +31,7 @@ def partition_pipeline(plan: Plan, index: int, template: ModelTemplate, how: str
         s = vs % p
         st = pipe.stages[s]
         dev = plan.group(st.group).device
+        template = tset.for_stage(st.group, st.tp)
         per = mean_layer_ns(template, n, dev, st.tp)
         extra = Fraction(0)
         if vs == 0:
@@ -52,9 +55,10 @@ def partition_pipeline(plan: Plan, index: int, template: ModelTemplate, how: str
     return PipelinePlan(stages, pipe.name), report
 
 
-def resolve_partition(plan: Plan, template: ModelTemplate) -> tuple[Plan, tuple[PartitionReport, ...]]:
+def resolve_partition(plan: Plan, template: Templates, *, memory: bool = True) -> tuple[Plan, tuple[PartitionReport, ...]]:
     """The plan with every stage's layers filled (stages that have them keep them), and a report per
-    pipeline that was partitioned.  Raises ConfigError when the result does not fit in memory."""
+    pipeline that was partitioned.  Raises ConfigError when the result does not fit in memory
+    (unless ``memory`` is False: callers that report the memory themselves)."""
     if not plan.needs_partition:
         return plan, ()
     how = "uniform" if plan.partition == "uniform" else "auto"
@@ -72,6 +76,7 @@ def resolve_partition(plan: Plan, template: ModelTemplate) -> tuple[Plan, tuple[
         pipes.append(new)
         reports.append(report)
     out = replace(plan, pipelines=tuple(pipes))
-    validate_plan(out)
-    check_memory(out)
+    validate_plan(out, memory=memory)
+    if memory:
+        check_memory(out)
     return out, tuple(reports)

@@ -182,7 +182,9 @@ def _layer_range(c: _Ctx, v: Any, where: str) -> tuple[int, int]:
     return (a, b)
 
 
-def plan_from_mapping(data: Any, file: str = "<plan>") -> Plan:
+def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -> Plan:
+    """A validated plan from a parsed mapping; ``memory=False`` skips the per-device memory check
+    (for callers that report memory instead, e.g. ``xsim generate``)."""
     c = _Ctx(file)
     if not isinstance(data, Mapping):
         raise ConfigError(f"a plan is a mapping, found {type(data).__name__}", file=file)
@@ -266,12 +268,12 @@ def plan_from_mapping(data: Any, file: str = "<plan>") -> Plan:
         raise c.err(f"unknown DP all-reduce strategy {plan.dp_allreduce!r} (choose {', '.join(DP_STRATEGIES)})", "dp_allreduce")
     if plan.ring_order not in RING_ORDERS:
         raise c.err(f"unknown ring order {plan.ring_order!r} (choose {', '.join(RING_ORDERS)})", "ring_order")
-    validate_plan(plan)
+    validate_plan(plan, memory=memory)
     return plan
 
 
-def load_plan(path: str | os.PathLike[str]) -> Plan:
-    """Read a YAML or JSON plan file and validate it."""
+def read_plan_document(path: str | os.PathLike[str]) -> Any:
+    """The parsed YAML / JSON of a plan file (not validated)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -282,12 +284,17 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first}", file=str(p)) from None
-    return plan_from_mapping(data, str(p))
+    return data
+
+
+def load_plan(path: str | os.PathLike[str], *, memory: bool = True) -> Plan:
+    """Read a YAML or JSON plan file and validate it (``memory=False``: without the memory check)."""
+    return plan_from_mapping(read_plan_document(path), str(Path(path)), memory=memory)
 
 
 # --- validation ---------------------------------------------------------------------------------
-def validate_plan(plan: Plan) -> None:
-    """Structural checks (coverage, TP vs heads, group capacity, batch, memory)."""
+def validate_plan(plan: Plan, *, memory: bool = True) -> None:
+    """Structural checks (coverage, TP vs heads, group capacity, batch, and memory unless ``memory`` is False)."""
     file = plan.source or None
     m = plan.model
     used: dict[str, int] = {}
@@ -318,7 +325,7 @@ def validate_plan(plan: Plan) -> None:
             if len(pipe.stages) > 1 and plan.micro_batches % len(pipe.stages):
                 raise ConfigError(f"interleaved 1F1B needs micro_batches divisible by the {len(pipe.stages)} stages",
                                   file=file, field="micro_batches")
-    if not plan.needs_partition:
+    if memory and not plan.needs_partition:
         check_memory(plan)
 
 
@@ -354,7 +361,22 @@ def in_flight_microbatches(plan: Plan, stage: int, num_stages: int) -> int:
     return min((num_stages - stage - 1) * 2 + (plan.chunks - 1) * num_stages + 1, m * plan.chunks)
 
 
-def stage_memory_bytes(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: int | None = None) -> int:
+@dataclass(frozen=True, slots=True)
+class StageMemoryParts:
+    """Per-device bytes of one stage under the plan's memory model."""
+
+    params: int  # parameters on one device (TP shard)
+    weights_bytes: int  # bf16 weights
+    grads_bytes: int  # bf16 gradients
+    optimizer_bytes: int  # fp32 master copy + Adam moments (the rest of bytes_per_param_state)
+    activations_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+
+
+def stage_memory_parts(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: int | None = None) -> StageMemoryParts:
     """Per-device bytes of a stage: parameter/optimizer state of its layers (and embedding / head
     on the first / last stage) sharded by TP, plus activations of the in-flight micro-batches."""
     m, st = plan.model, pipe.stages[stage]
@@ -365,10 +387,17 @@ def stage_memory_bytes(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: i
     if stage == len(pipe.stages) - 1:
         params += m.embedding_params()
     state = params * m.bytes_per_param_state // st.tp
+    weights = params * m.dtype_bytes // st.tp
+    grads = params * m.dtype_bytes // st.tp
     inflight = in_flight_microbatches(plan, stage, len(pipe.stages))
     per_chunk_layers = layers / max(1, plan.chunks)
     act = int(inflight * per_chunk_layers * m.layer_activation_bytes(st.tp))
-    return state + act
+    return StageMemoryParts(params // st.tp, weights, grads, state - weights - grads, act)
+
+
+def stage_memory_bytes(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: int | None = None) -> int:
+    """Per-device bytes of a stage (:func:`stage_memory_parts`, summed)."""
+    return stage_memory_parts(plan, pipe, stage, num_layers).total_bytes
 
 
 def max_layers_in_memory(plan: Plan, pipe: PipelinePlan, stage: int) -> int:
@@ -397,6 +426,7 @@ def check_memory(plan: Plan) -> None:
 
 
 __all__ = [
-    "DeviceGroup", "Plan", "PipelinePlan", "StagePlan", "check_coverage", "check_memory", "load_plan",
-    "max_layers_in_memory", "plan_from_mapping", "stage_memory_bytes", "validate_plan", "virtual_stages",
+    "DeviceGroup", "Plan", "PipelinePlan", "StageMemoryParts", "StagePlan", "check_coverage", "check_memory",
+    "load_plan", "max_layers_in_memory", "plan_from_mapping", "read_plan_document", "stage_memory_bytes",
+    "stage_memory_parts", "validate_plan", "virtual_stages",
 ]

@@ -28,6 +28,7 @@ from xsim_trace.rewrite.rings import order_ring
 from xsim_trace.rewrite.scaling import op_time_ns
 from xsim_trace.rewrite.schedules import PipeOp, stage_ops
 from xsim_trace.rewrite.sweep import DPInterval, Segment, dp_intervals
+from xsim_trace.rewrite.template_set import Templates, TemplateSet, as_template_set
 from xsim_trace.rewrite.templates import LayerTemplate, ModelTemplate
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,9 @@ class _Exchange:
 
 
 class _Rewriter:
-    def __init__(self, plan: Plan, template: ModelTemplate) -> None:
-        self.plan, self.t = plan, template
+    def __init__(self, plan: Plan, templates: TemplateSet) -> None:
+        self.plan, self.templates = plan, templates
+        self.t = templates.base  # model-wide sizes (boundary activation, gradients)
         self.lay = layout(plan)
         self.groups = _Groups()
         self.tags = _Tags()
@@ -203,7 +205,7 @@ class _Rewriter:
 
     # -- compute -----------------------------------------------------------------------------------
     def compute(self, rank: int, layers: list[tuple[int, LayerTemplate]], back: bool, deps: list[int], op: PipeOp,
-                extra_pre: LayerTemplate | None, extra_post: LayerTemplate | None) -> int:
+                extra_pre: LayerTemplate | None, extra_post: LayerTemplate | None, tm: ModelTemplate) -> int:
         info = self.b[rank].info
         pg = self.tp_pg.get((info.pipeline, info.stage))
         prev = deps
@@ -224,7 +226,7 @@ class _Rewriter:
                 if o.kind == "comp":
                     attrs[A.KERNEL_CLASS] = o.kernel_class
                     attrs[A.STREAM] = COMPUTE_STREAM
-                    ns = op_time_ns(o, self.t, info.device, info.tp)
+                    ns = op_time_ns(o, tm, info.device, info.tp)
                     last = self.b[rank].add(name, NodeType.COMP, prev, duration_ns=max(1, ns), **attrs)
                 else:
                     if pg is None:
@@ -277,13 +279,14 @@ class _Rewriter:
         nvs = self.num_vstages(p)
         st = plan.pipelines[p].stages[s]
         a, b = st.chunks[op.chunk]
-        layers = [(i, self.t.layer(i)) for i in range(a, b)]
+        tm = self.templates.for_stage(st.group, st.tp)
+        layers = [(i, tm.layer(i)) for i in range(a, b)]
         back = op.kind == "B"
         if back:
             layers.reverse()
         first, last = vs == 0, vs == nvs - 1
-        pre = self.t.pre if first else None
-        post = self.t.post if last else None
+        pre = tm.pre if first else None
+        post = tm.post if last else None
         if back:
             pre, post = post, pre  # backward runs head first, embedding last
         ex = None
@@ -295,7 +298,7 @@ class _Rewriter:
             deps = [self.last_compute[r]]
             if ex is not None:
                 deps += ex.ready.get(r, [])
-            self.last_compute[r] = self.compute(r, layers, back, deps, op, pre, post)
+            self.last_compute[r] = self.compute(r, layers, back, deps, op, pre, post, tm)
             if back:
                 self.last_bwd[(r, op.chunk)] = self.last_compute[r]
         # sends to the consumer are created now that this op's compute exists
@@ -370,13 +373,18 @@ class _Rewriter:
         return out
 
 
-def rewrite(plan: Plan, template: ModelTemplate) -> RewriteResult:
-    """Per-rank traces for ``plan`` (layer ranges filled by its partition mode first)."""
-    plan, reports = resolve_partition(plan, template)
-    rw = _Rewriter(plan, template)
+def rewrite(plan: Plan, template: Templates) -> RewriteResult:
+    """Per-rank traces for ``plan`` (layer ranges filled by its partition mode first).
+
+    ``template`` is one :class:`ModelTemplate` (scaled to every stage's device and TP degree) or a
+    mapping group name / (group, tp) -> template (:mod:`xsim_trace.rewrite.template_set`): each
+    stage is then built from the template of its own group (and TP degree)."""
+    templates = as_template_set(template)
+    plan, reports = resolve_partition(plan, templates)
+    rw = _Rewriter(plan, templates)
     rw.run()
     traces = rw.traces()
-    log.info("rewrote %s for plan %s: %d ranks, %d nodes", template.source, plan.name, len(traces),
+    log.info("rewrote %s for plan %s: %d ranks, %d nodes", templates.source, plan.name, len(traces),
              sum(len(t) for t in traces.values()))
     return RewriteResult(plan=plan, traces=traces, comm_groups=rw.groups.as_dict(), layout=rw.lay,
                          dp_intervals=rw.intervals, partition_reports=reports)

@@ -1,0 +1,80 @@
+"""Which per-layer template a stage of a plan is built from.
+
+The rewriter takes either one :class:`ModelTemplate` (measured on one device at one TP degree and
+scaled to every stage's device and TP) or a mapping with one template per device group
+(``{"h100": t_h100, "a100": t_a100}``) or per (group, TP degree) (``{("h100", 4): t}``).  A stage
+takes the template of its (group, tp), else of its group, else the single default; the rewriter
+still scales it (the identity when the template was made on the stage's own device and TP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Union
+
+from xsim_trace.errors import ConfigError
+from xsim_trace.rewrite.templates import ModelTemplate
+
+TemplateKey = Union[str, tuple[str, int]]
+Templates = Union[ModelTemplate, Mapping[TemplateKey, ModelTemplate], "TemplateSet"]
+
+#: model-wide sizes every template of one set must agree on
+_SHARED = ("activation_bytes", "layer_grad_bytes", "pre_grad_bytes", "post_grad_bytes")
+
+
+@dataclass(frozen=True)
+class TemplateSet:
+    by_key: tuple[tuple[TemplateKey, ModelTemplate], ...] = ()
+    default: ModelTemplate | None = None
+
+    @property
+    def base(self) -> ModelTemplate:
+        """The template model-wide sizes (boundary activation, gradients) are read from."""
+        return self.default if self.default is not None else self.by_key[0][1]
+
+    def for_stage(self, group: str, tp: int) -> ModelTemplate:
+        keys = dict(self.by_key)
+        found = keys.get((group, tp)) or keys.get(group) or self.default
+        if found is None:
+            raise ConfigError(f"no template for device group {group!r} at TP {tp} (templates for: "
+                              f"{', '.join(_key_text(k) for k, _ in self.by_key)})", field="templates")
+        return found
+
+    @property
+    def source(self) -> str:
+        if self.default is not None and not self.by_key:
+            return self.default.source
+        return ", ".join(f"{_key_text(k)}={t.source}" for k, t in self.by_key)
+
+
+def _key_text(key: TemplateKey) -> str:
+    return f"{key[0]}/tp{key[1]}" if isinstance(key, tuple) else str(key)
+
+
+def as_template_set(templates: Templates) -> TemplateSet:
+    """A :class:`TemplateSet` from one template, a mapping (group or (group, tp) -> template) or a set."""
+    if isinstance(templates, TemplateSet):
+        return templates
+    if isinstance(templates, ModelTemplate):
+        return TemplateSet(default=templates)
+    if not isinstance(templates, Mapping) or not templates:
+        raise ConfigError(f"expected a ModelTemplate or a non-empty mapping of them, found {type(templates).__name__}",
+                          field="templates")
+    items = []
+    for key, t in templates.items():
+        ok_key = isinstance(key, str) or (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str)
+                                          and isinstance(key[1], int))
+        if not ok_key or not isinstance(t, ModelTemplate):
+            raise ConfigError(f"expected group name or (group, tp) -> ModelTemplate, found {key!r} -> {type(t).__name__}",
+                              field="templates")
+        items.append((key, t))
+    first = items[0][1]
+    for key, t in items[1:]:
+        for name in _SHARED:
+            if getattr(t, name) != getattr(first, name):
+                raise ConfigError(f"template {_key_text(key)} has {name} {getattr(t, name)}, "
+                                  f"{_key_text(items[0][0])} has {getattr(first, name)}: not one model", field="templates")
+    return TemplateSet(by_key=tuple(items))
+
+
+__all__ = ["TemplateKey", "TemplateSet", "Templates", "as_template_set"]
