@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", help=f"preset ({', '.join(list_models())}) or a name in --model-file")
     p.add_argument("--model-file", help="YAML file of extra models (models: {name: {fields}})")
-    p.add_argument("--plan", help="spec file (YAML/JSON) with model, framework and system; flags are ignored")
+    p.add_argument("--plan", help="a spec file (YAML/JSON: model, framework, system; flags are ignored) or a "
+                   "deployment plan (device_groups, pipelines: one workload per device group; --model sets or "
+                   "checks its model)")
     p.add_argument("--out", required=True, help="output prefix (chakra) or file (simai)")
     p.add_argument("--format", choices=("chakra", "simai"), default="chakra")
     g = p.add_argument_group("parallelism")
@@ -101,7 +103,25 @@ def _setup(args: argparse.Namespace):
                       device_file=args.device_file)
 
 
+def _deployment_plan(path: str):
+    """The parsed document when ``path`` is a heterogeneous deployment plan, else None."""
+    from xsim_trace.rewrite.hetero_generate import is_deployment_plan
+    from xsim_trace.rewrite.plan import read_plan_document
+
+    try:
+        doc = read_plan_document(path)
+    except ConfigError:
+        return None  # the spec-file loader reports it
+    return doc if is_deployment_plan(doc) else None
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
+    ranks = _ranks(args.ranks)
+    doc = _deployment_plan(args.plan) if args.plan else None
+    if doc is not None:
+        from xsim_trace.cli.generate_plan import cmd_generate_plan
+
+        return cmd_generate_plan(args, doc, ranks)
     setup = _setup(args)
     est = estimate(setup.program, setup.timer)
     mem = stage_memory(setup.program, setup.device)
@@ -109,7 +129,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         write_simai(args.out, setup.program, setup.timer)
         written = [args.out]
     else:
-        wl = generate(setup.program, setup.timer, _ranks(args.ranks))
+        wl = generate(setup.program, setup.timer, ranks)
         written = [str(p) for p in write_rank_set(args.out, wl.traces, wl.comm_groups)]
     summary = {
         "model": setup.model.name,

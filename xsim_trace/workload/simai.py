@@ -10,13 +10,16 @@ gradient the DP reduction (first line) and none per block.
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.io import atomic_write
 from xsim_trace.workload import ops as O
 from xsim_trace.workload.estimate import GRAD_BYTES, PARAM_BYTES
+from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.program import Program
+from xsim_trace.workload.model import ModelSpec
+from xsim_trace.workload.program import Chunk, Program
 from xsim_trace.workload.timing import Timer
 
 _NAMES = {
@@ -45,22 +48,28 @@ def _split(ops: list[O.Op]) -> list[tuple[str, list[O.Op]]]:
 
 
 def simai_lines(program: Program, timer: Timer, stage: int = 0) -> list[str]:
-    fw, model = program.fw, program.model
-    rank = Layout(fw).rank(Coord(0, 0, 0, stage))
+    fw = program.fw
+    dense, expert = program.stage_params(stage)
+    chunks = [c for (s, _), c in sorted(program.chunks.items()) if s == stage]
+    return stage_simai_lines(program.model, fw, timer, chunks, dense + expert, rank=Layout(fw).rank(Coord(0, 0, 0, stage)))
+
+
+def stage_simai_lines(model: ModelSpec, fw: Framework, timer: Timer, chunks: Sequence[Chunk], params: int, *,
+                      rank: int = 0) -> list[str]:
+    """The workload of one stage given its model chunks and its per-rank parameter count (the
+    heterogeneous path builds stages that no homogeneous :class:`Program` has)."""
 
     def t(ops: list[O.Op]) -> int:
         return max(1, sum(timer.op_ns(op, rank) for op in ops if isinstance(op, O.ComputeOp)))
 
-    dense, expert = program.stage_params(stage)
-    grads = (dense + expert) * GRAD_BYTES
+    grads = params * GRAD_BYTES
     lines = []
     if fw.zero_stage >= 1:
-        lines.append(f"grad_gather\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tALLGATHER\t{(dense + expert) * PARAM_BYTES}\t100")
+        lines.append(f"grad_gather\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tALLGATHER\t{params * PARAM_BYTES}\t100")
         lines.append(f"grad_param_comm\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tREDUCESCATTER\t{grads}\t100")
     else:
         lines.append(f"grad_param_comm\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tALLREDUCE\t{grads}\t100")
     blocks: list[tuple[str, list[O.Op]]] = []
-    chunks = [c for (s, _), c in sorted(program.chunks.items()) if s == stage]
     layer_fwd = O.layer_forward(model, fw)
     for c in chunks:
         if c.has_embedding:

@@ -1,0 +1,99 @@
+"""``xsim generate --plan DEPLOYMENT_PLAN.yaml``: one workload per device group of a heterogeneous plan.
+
+Chakra: ``<PREFIX>.<rank>.et`` + ``<PREFIX>.comm_groups.json`` for the whole plan, and
+``<PREFIX>.cluster.yaml``, a cluster built from the plan's device groups with each rank placed on
+its group (``xsim replay PREFIX --cluster PREFIX.cluster.yaml``).  SimAI: one text workload per
+device group (``<OUT>.<group>.txt``).  Everything is built before the first file is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+import yaml
+
+from xsim_trace.errors import ConfigError
+from xsim_trace.io import atomic_write, write_rank_set
+from xsim_trace.rewrite.hetero_generate import HeteroWorkload, generate_for_plan, plan_for_generate
+from xsim_trace.rewrite.hetero_simai import group_simai_lines, simai_path
+
+log = logging.getLogger(__name__)
+
+
+def _cluster_yaml(wl: HeteroWorkload) -> str | None:
+    """A cluster of the plan's device groups with the plan's rank placement, as YAML (None when
+    the plan's groups do not make one, e.g. a count that does not fill whole nodes)."""
+    from xsim_trace.cluster.load import cluster_to_dict
+    from xsim_trace.rewrite.engine_replay import place_on_cluster, plan_cluster
+
+    try:
+        cluster = place_on_cluster(wl.result, plan_cluster(wl.plan))
+    except ConfigError as exc:
+        log.warning("no cluster file for plan %s: %s", wl.plan.name, exc)
+        return None
+    header = f"# cluster of plan {wl.plan.name}'s device groups, rank i on the device the plan gives it\n"
+    return header + yaml.safe_dump(cluster_to_dict(cluster), sort_keys=False, default_flow_style=None)
+
+
+def _selected(traces: dict, ranks: list[int] | None) -> dict:
+    if ranks is None:
+        return traces
+    bad = sorted(set(ranks) - set(traces))
+    if bad:
+        raise ConfigError(f"rank {bad[0]} is not in the plan's {len(traces)} ranks", field="--ranks")
+    return {r: traces[r] for r in sorted(set(ranks))}
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def terminal_line(wl: HeteroWorkload, files: int, out: str) -> str:
+    summary = wl.summary()
+    groups = []
+    for g in summary["groups"]:
+        per = ", ".join(f"TP{c['tp']} {_ms(c['fwd'])}/{_ms(c['bwd'])} ms" for c in g["layer_compute_ns"])
+        groups.append(f"{g['name']} {len(g['ranks'])} x {g['device']} ({per} fwd/bwd per layer)")
+    oom = ("; OUT OF MEMORY: " + ", ".join(
+        f"{s.label} {s.memory.total_bytes / 2**30:.1f} of {s.memory.capacity_bytes / 2**30:.0f} GiB" for s in wl.oom_stages)
+           if wl.oom_stages else "; every stage fits in memory")
+    return (f"wrote {files} file(s) to {out}: plan {wl.plan.name}, {summary['world_size']} ranks in "
+            f"{len(groups)} group(s): {'; '.join(groups)}{oom}")
+
+
+def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | None) -> int:
+    plan, wmodel = plan_for_generate(doc, args.plan, model=args.model, model_file=args.model_file)
+    wl = generate_for_plan(plan, wmodel)
+    summary = wl.summary()
+    # build every output in memory first: a failure leaves no file behind
+    if args.format == "simai":
+        texts = {simai_path(args.out, g): "\n".join(lines) + "\n" for g, lines in group_simai_lines(wl.plan, wmodel).items()}
+        for path, text in texts.items():
+            with atomic_write(path) as handle:
+                handle.write(text)
+        written = list(texts)
+    else:
+        traces = _selected(wl.result.traces, ranks)
+        cluster_text = _cluster_yaml(wl)
+        written = [str(p) for p in write_rank_set(args.out, traces, wl.result.comm_groups)]
+        if cluster_text is not None:
+            with atomic_write(f"{args.out}.cluster.yaml") as handle:
+                handle.write(cluster_text)
+            written.append(f"{args.out}.cluster.yaml")
+    summary["files"] = written
+    if args.summary == "-":
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.summary:
+        with atomic_write(args.summary) as handle:
+            json.dump(summary, handle, indent=1)
+    if not getattr(args, "quiet", False) and args.summary != "-":
+        for report in wl.result.partition_reports:
+            for line in report.lines():
+                print(f"partition: {line}")
+        print(terminal_line(wl, len(written), args.out))
+    return 0
