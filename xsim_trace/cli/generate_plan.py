@@ -67,7 +67,7 @@ def terminal_line(wl: HeteroWorkload, files: int, out: str) -> str:
 
 def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | None) -> int:
     plan, wmodel = plan_for_generate(doc, args.plan, model=args.model, model_file=args.model_file)
-    wl = generate_for_plan(plan, wmodel)
+    wl = generate_for_plan(plan, wmodel, traces=args.format != "simai")
     summary = wl.summary()
     # build every output in memory first: a failure leaves no file behind
     if args.format == "simai":
@@ -92,7 +92,7 @@ def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | Non
         with atomic_write(args.summary) as handle:
             json.dump(summary, handle, indent=1)
     if not getattr(args, "quiet", False) and args.summary != "-":
-        for report in wl.result.partition_reports:
+        for report in wl.partition_reports:
             for line in report.lines():
                 print(f"partition: {line}")
         print(terminal_line(wl, len(written), args.out))

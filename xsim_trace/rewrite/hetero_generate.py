@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.rewrite.group_templates import group_templates, layer_compute_ns, workload_model
+from xsim_trace.rewrite.layout import Layout, layout
 from xsim_trace.rewrite.model_spec import ModelSpec
 from xsim_trace.rewrite.plan import Plan, plan_from_mapping, read_plan_document, stage_memory_parts
 from xsim_trace.rewrite.rewriter import RewriteResult, rewrite
@@ -51,6 +52,9 @@ def plan_for_generate(doc: Any, file: str, *, model: str | None = None, model_fi
             raise ConfigError(exc.message, field="--model") from None
         if isinstance(doc, Mapping) and doc.get("model") is None:
             doc = dict(doc, model=_plan_model_fields(ModelSpec.from_workload(preset)))
+    if isinstance(doc, Mapping) and doc.get("model") is None:
+        raise ConfigError("the plan names no model: add model: (a preset or its geometry) or give --model",
+                          file=file, field="model")
     plan = plan_from_mapping(doc, file, memory=False)
     if preset is not None:
         want = ModelSpec.from_workload(preset)
@@ -97,21 +101,20 @@ class StageReport:
 
 @dataclass(frozen=True)
 class HeteroWorkload:
-    result: RewriteResult  # plan with layer ranges resolved, traces, comm groups, layout
+    plan: Plan  # layer ranges resolved
+    layout: Layout
     templates: dict[tuple[str, int], ModelTemplate]
     stages: tuple[StageReport, ...]
     model_name: str
-
-    @property
-    def plan(self) -> Plan:
-        return self.result.plan
+    result: RewriteResult | None = None  # traces, comm groups (None when built without traces)
+    partition_reports: tuple = ()
 
     @property
     def oom_stages(self) -> tuple[StageReport, ...]:
         return tuple(s for s in self.stages if s.memory.out_of_memory)
 
     def group_ranks(self, group: str) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.result.layout.ranks if r.group == group)
+        return tuple(r.rank for r in self.layout.ranks if r.group == group)
 
     def summary(self) -> dict:
         plan = self.plan
@@ -129,7 +132,7 @@ class HeteroWorkload:
             })
         return {
             "plan": plan.name, "source": plan.source, "model": self.model_name,
-            "world_size": len(self.result.traces), "dp": plan.dp, "micro_batches": plan.micro_batches,
+            "world_size": len(self.layout.ranks), "dp": plan.dp, "micro_batches": plan.micro_batches,
             "micro_batch_size": plan.model.micro_batch_size, "seq_len": plan.model.seq_len,
             "schedule": plan.schedule.value, "reshard": plan.reshard.value, "partition": plan.partition,
             "memory_model": "plan (16 B/param state / TP + Korthikanti activations of in-flight micro-batches); "
@@ -140,45 +143,42 @@ class HeteroWorkload:
         }
 
 
-def generate_for_plan(plan: Plan, wmodel=None) -> HeteroWorkload:
-    """Per-rank traces for ``plan`` with every stage timed on its own group's device and TP degree."""
+def generate_for_plan(plan: Plan, wmodel=None, *, traces: bool = True) -> HeteroWorkload:
+    """Per-rank traces for ``plan`` with every stage timed on its own group's device and TP degree
+    (``traces=False``: templates, layout and reports only)."""
+    from xsim_trace.rewrite.partitioning import resolve_partition
+    from xsim_trace.workload.memory import StageMemory
+
     wmodel = wmodel if wmodel is not None else workload_model(plan.model)
     templates = group_templates(plan, wmodel)
+    res = None
     try:
-        res = rewrite(plan, templates) if not plan.needs_partition else _rewrite_partitioned(plan, templates)
+        # partition without the memory error: the auto partition still keeps stages within memory
+        # where it can; what does not fit is flagged in the report
+        plan, reports = resolve_partition(plan, templates, memory=False)
+        if traces:
+            res = rewrite(plan, templates)
     except XsimError as exc:
         if "file" in exc.context or not plan.source:
             raise
         raise type(exc)(exc.message, file=plan.source, **exc.context) from None
-    from xsim_trace.workload.memory import StageMemory
-
+    lay = res.layout if res is not None else layout(plan)
     stages = []
-    for i, pipe in enumerate(res.plan.pipelines):
+    for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
-            parts = stage_memory_parts(res.plan, pipe, j)
-            cap = res.plan.group(st.group).spec().hbm_bytes
+            parts = stage_memory_parts(plan, pipe, j)
+            cap = plan.group(st.group).spec().hbm_bytes
             fwd, bwd = layer_compute_ns(templates[(st.group, st.tp)])
             stages.append(StageReport(
-                pipeline=i, stage=j, group=st.group, device=res.plan.group(st.group).device, tp=st.tp, layers=st.chunks,
-                ranks=res.layout.of(i, j), layer_fwd_ns=fwd, layer_bwd_ns=bwd,
+                pipeline=i, stage=j, group=st.group, device=plan.group(st.group).device, tp=st.tp, layers=st.chunks,
+                ranks=lay.of(i, j), layer_fwd_ns=fwd, layer_bwd_ns=bwd,
                 memory=StageMemory(j, parts.params, parts.weights_bytes, parts.grads_bytes, parts.optimizer_bytes,
                                    parts.activations_bytes, cap)))
     for s in stages:
         if s.memory.out_of_memory:
             log.warning("%s needs %.1f GiB per device, %s has %.0f GiB", s.label, s.memory.total_bytes / 2**30, s.device,
                         s.memory.capacity_bytes / 2**30)
-    return HeteroWorkload(res, templates, tuple(stages), wmodel.name)
-
-
-def _rewrite_partitioned(plan: Plan, templates) -> RewriteResult:
-    """Partition without the memory error (the auto partition still keeps stages within memory
-    where it can; what does not fit is flagged in the report)."""
-    from xsim_trace.rewrite.partitioning import resolve_partition
-
-    resolved, reports = resolve_partition(plan, templates, memory=False)
-    res = rewrite(resolved, templates)
-    return RewriteResult(plan=res.plan, traces=res.traces, comm_groups=res.comm_groups, layout=res.layout,
-                         dp_intervals=res.dp_intervals, partition_reports=reports)
+    return HeteroWorkload(plan, lay, templates, tuple(stages), wmodel.name, res, reports)
 
 
 __all__ = ["HeteroWorkload", "StageReport", "generate_for_plan", "is_deployment_plan", "load_plan_for_generate",
