@@ -9,28 +9,39 @@ last backward (no overlap); the optimizer step waits for all of them, the distri
 optimizer's parameter all-gather follows it.  Every node carries ``duration_ns`` (the compute
 model's time; for communication the generator's alpha-beta estimate, which backends replace),
 ``comm_kind``, ``layer`` and ``microbatch`` where they apply.
+
+Ranks are stamped from templates (:mod:`xsim_trace.workload.templates`): one per pipeline stage
+and timing, built once, with the rank-specific fields (process-group ids, pipeline peers, the
+metadata's rank) filled in per rank.  :func:`generate` returns every trace in memory;
+:func:`write_workload` writes them one rank at a time from pre-encoded records, so memory does not
+grow with the world size.  Both produce exactly what the per-rank reference builder
+(``xsim_trace.workload._reference``) produces.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Iterable
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
 
-from xsim_trace.devices.compute import KernelClass, kernel_time_ns
+from xsim_trace.errors import ConfigError, GraphError
 from xsim_trace.graph import attrs as A
-from xsim_trace.graph.kinds import CollectiveType, NodeType
-from xsim_trace.graph.model import Node, Trace, comm_groups_to_json, make_metadata, make_node
-from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, GRAD_BYTES, OPT_LAUNCHES_PER_TENSOR, PARAM_BYTES, _buckets
-from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.ops import CommKind, CommOp, pp_activation_bytes
+from xsim_trace.graph.model import GlobalMetadata, Node, Trace, comm_groups_to_json, make_attr, make_metadata
+from xsim_trace.io.rankset import rank_path, write_comm_groups
+from xsim_trace.io.records import NodePatch, metadata_record, node_record, write_record_file
 from xsim_trace.workload.program import Program
-from xsim_trace.workload.schedule import stage_order
+from xsim_trace.workload.templates import RankContext, RankRef, RankTemplate, RankTiming
 from xsim_trace.workload.timing import Timer
 
 log = logging.getLogger(__name__)
 
 SOURCE = "xsim.workload.generator"
+
+#: templates kept at once by the streaming writer (ranks come stage by stage, so a few suffice)
+TEMPLATE_CACHE_SIZE = 8
 
 
 @dataclass
@@ -45,6 +56,14 @@ class GroupRegistry:
             self.ids[key] = str(len(self.ids) + 1)
         return self.ids[key]
 
+    def lookup(self, members: Iterable[int]) -> str:
+        """The id of an already registered group."""
+        key = tuple(sorted(members))
+        try:
+            return self.ids[key]
+        except KeyError:
+            raise GraphError(f"process group {list(key)} was not registered", field="pg_name") from None
+
     def as_json_dict(self) -> dict[str, tuple[int, ...]]:
         return {gid: members for members, gid in self.ids.items()}
 
@@ -56,232 +75,188 @@ class Workload:
     program: Program
 
 
-def _tag(microbatch: int, virtual: int, forward: bool, total_virtual: int) -> int:
-    return ((microbatch * total_virtual + virtual) * 2 + (0 if forward else 1)) % (2**31 - 1)
+@dataclass(frozen=True)
+class WrittenWorkload:
+    """What :func:`write_workload` wrote: rank files in rank order, then the comm-group file."""
+
+    paths: tuple[Path, ...]
+    comm_groups: dict[str, tuple[int, ...]]
+    ranks: int
+    nodes: int
+    templates_built: int
 
 
-class _RankBuilder:
-    def __init__(self, rank: int, program: Program, timer: Timer, groups: GroupRegistry) -> None:
-        self.rank, self.program, self.timer, self.groups = rank, program, timer, groups
-        self.nodes: list[Node] = []
-        self.prev: int | None = None
-        self.cpu_prev: int | None = None  # last host launch node (only when host overhead is modelled)
-
-    def _add(self, name: str, node_type: NodeType, deps: Iterable[int | None], **attributes) -> int:
-        nid = len(self.nodes)
-        self.nodes.append(make_node(nid, name, node_type, data_deps=[d for d in deps if d is not None], **attributes))
-        return nid
-
-    def chain(self, name: str, node_type: NodeType, extra: Iterable[int | None] = (), **attributes) -> int:
-        nid = self._add(name, node_type, [self.prev, *extra], **attributes)
-        self.prev = nid
-        return nid
-
-    def op_node(self, op, layer: int | None, microbatch: int, extra: Iterable[int | None] = ()) -> int:
-        common = {A.MICROBATCH: microbatch, A.IS_CPU_OP: False}
-        if layer is not None:
-            common[A.LAYER] = layer
-        dur = self.timer.device_ns(op, self.rank)
-        host = self.timer.host_ns(op)
-        if host > 0:  # the host thread issues the op: a CPU node the device node waits for
-            # a pipeline recv synchronizes the host (Megatron's batch_p2p_sync) before it issues more
-            self.cpu_prev = self._add(
-                "launch_" + op.name,
-                NodeType.COMP,
-                [self.cpu_prev, *extra],
-                is_cpu_op=True,
-                duration_ns=host,
-                duration_micros=host // 1000,
-                microbatch=microbatch,
-            )
-        extra = [*extra, self.cpu_prev]
-        if isinstance(op, CommOp):
-            members = self.timer.group(op.kind, self.rank)
-            return self.chain(
-                op.name,
-                NodeType.COMM_COLL,
-                extra,
-                comm_type=int(op.collective),
-                comm_size=op.size_bytes,
-                pg_name=self.groups.id_of(members),
-                comm_kind=op.kind.value,
-                duration_ns=dur,
-                duration_micros=dur // 1000,
-                **common,
-            )
-        return self.chain(
-            op.name,
-            NodeType.COMP,
-            extra,
-            num_ops=op.flops,
-            bytes_accessed=op.bytes_accessed,
-            kernel_class=op.kernel_class.value,
-            duration_ns=dur,
-            duration_micros=dur // 1000,
-            **common,
-        )
+def _wanted(program: Program, ranks: Iterable[int] | None) -> list[int]:
+    world = program.fw.world_size
+    wanted = sorted(set(ranks)) if ranks is not None else list(range(world))
+    for r in wanted:
+        if not 0 <= r < world:
+            raise ConfigError(f"rank {r} outside world of {world}", field="ranks")
+    return wanted
 
 
-def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry) -> Trace:
-    fw, model = program.fw, program.model
-    lay = Layout(fw)
-    c = lay.coord(rank)
-    stage = c.pp
-    pp, vpp, m = fw.pp, fw.vpp, fw.microbatches
-    total_virtual = pp * vpp
-    b = _RankBuilder(rank, program, timer, groups)
-    act_bytes = pp_activation_bytes(model, fw)
-    order = stage_order(fw.schedule, stage, pp, m, vpp)
-    last_bwd_ops: list[int] = []
-    for st in order:
-        v = st.chunk * pp + stage
-        recv = None
-        neighbour_v = v - 1 if st.forward else v + 1
-        if 0 <= neighbour_v < total_virtual:
-            peer = lay.rank(Coord(c.tp, c.cp, c.dp, neighbour_v % pp))
-            recv = b._add(
-                f"recv_{'act' if st.forward else 'grad'}_mb{st.microbatch}_v{v}",
-                NodeType.COMM_RECV,
-                [b.prev],
-                comm_src=peer,
-                comm_dst=rank,
-                comm_tag=_tag(st.microbatch, v, st.forward, total_virtual),
-                comm_size=act_bytes,
-                comm_kind=CommKind.PP.value,
-                microbatch=st.microbatch,
-                duration_ns=0,
-            )
-        ids = []
-        for j, (layer, op) in enumerate(program.pass_ops(stage, st.chunk, st.forward)):
-            ids.append(b.op_node(op, layer, st.microbatch, [recv] if j == 0 else ()))
-        if recv is not None and not ids:
-            b.prev = recv
-        if not st.forward:
-            last_bwd_ops = ids  # ends as the final backward pass, which completes the gradients
-        out_v = v + 1 if st.forward else v - 1
-        if 0 <= out_v < total_virtual:
-            peer = lay.rank(Coord(c.tp, c.cp, c.dp, out_v % pp))
-            b._add(
-                f"send_{'act' if st.forward else 'grad'}_mb{st.microbatch}_v{out_v}",
-                NodeType.COMM_SEND,
-                [b.prev],
-                comm_src=rank,
-                comm_dst=peer,
-                comm_tag=_tag(st.microbatch, out_v, st.forward, total_virtual),
-                comm_size=act_bytes,
-                comm_kind=CommKind.PP.value,
-                microbatch=st.microbatch,
-                duration_ns=timer.links.p2p_ns(act_bytes, timer.links.spans_nodes((rank, peer))),
-            )
-    # -- DP gradient buckets -------------------------------------------------------------------
-    dense, expert = program.stage_params(stage)
-    dp_members = lay.dp_group(rank)
-    nb = _buckets(dense + expert, fw)
-    coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
-    last_compute = b.prev
-    bucket_ids: list[int] = []
-    if len(dp_members) > 1:
-        pg = groups.id_of(dp_members)
-        inter = timer.links.spans_nodes(dp_members)
-        size = dense * GRAD_BYTES // nb + (expert * GRAD_BYTES // nb if fw.ep == 1 else 0)
-        dur = timer.links.collective_ns(coll, size, len(dp_members), inter)
-        prev_bucket = None
-        for k in range(nb):
-            if fw.overlap_grad_reduce and last_bwd_ops:
-                trigger = last_bwd_ops[min(len(last_bwd_ops) - 1, (k + 1) * len(last_bwd_ops) // nb - 1)]
-            else:
-                trigger = last_compute
-            prev_bucket = b._add(
-                f"dp_grad_bucket{k}",
-                NodeType.COMM_COLL,
-                [trigger, prev_bucket],
-                comm_type=int(coll),
-                comm_size=size,
-                pg_name=pg,
-                comm_kind=CommKind.DP.value,
-                duration_ns=dur,
-                duration_micros=dur // 1000,
-            )
-            bucket_ids.append(prev_bucket)
-    if expert and fw.ep > 1:
-        edp = lay.expert_dp_group(rank)
-        if len(edp) > 1:
-            dur = timer.links.collective_ns(coll, expert * GRAD_BYTES, len(edp), timer.links.spans_nodes(edp))
-            bucket_ids.append(
-                b._add(
-                    "dp_expert_grads",
-                    NodeType.COMM_COLL,
-                    [last_compute, bucket_ids[-1] if bucket_ids else None],
-                    comm_type=int(coll),
-                    comm_size=expert * GRAD_BYTES,
-                    pg_name=groups.id_of(edp),
-                    comm_kind=CommKind.DP.value,
-                    duration_ns=dur,
-                    duration_micros=dur // 1000,
-                )
-            )
-    # -- optimizer ------------------------------------------------------------------------------
-    dev = timer.device
-    local = (dense + expert) // (len(dp_members) if fw.zero_stage >= 1 else 1)
-    launches = 12 + 4 * nb + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
-    opt_ns = max(
-        kernel_time_ns(KernelClass.OPTIMIZER, 0, local * ADAM_BYTES_PER_PARAM, dev, include_overhead=False)
-        + launches * dev.kernel_overhead_ns,
-        launches * dev.host_op_overhead_ns,
-    )
-    b.prev = last_compute
-    b.chain(
-        "optimizer_step",
-        NodeType.COMP,
-        bucket_ids,
-        bytes_accessed=local * ADAM_BYTES_PER_PARAM,
-        kernel_class=KernelClass.OPTIMIZER.value,
-        duration_ns=opt_ns,
-        duration_micros=opt_ns // 1000,
-        is_cpu_op=False,
-    )
-    if fw.zero_stage >= 1 and len(dp_members) > 1:
-        size = (dense + expert) * PARAM_BYTES // nb
-        dur = timer.links.collective_ns(CollectiveType.ALL_GATHER, size, len(dp_members), timer.links.spans_nodes(dp_members))
-        for k in range(nb):
-            b.chain(
-                f"dp_param_allgather{k}",
-                NodeType.COMM_COLL,
-                comm_type=int(CollectiveType.ALL_GATHER),
-                comm_size=size,
-                pg_name=groups.id_of(dp_members),
-                comm_kind=CommKind.DP.value,
-                duration_ns=dur,
-                duration_micros=dur // 1000,
-            )
-    meta = make_metadata(
+class _Templates:
+    """Templates by timing; ``limit`` bounds how many are kept (least recently used goes)."""
+
+    def __init__(self, ctx: RankContext, limit: int | None = None) -> None:
+        self.ctx, self.limit = ctx, limit
+        self.cache: OrderedDict[RankTiming, tuple[RankTemplate, Any]] = OrderedDict()
+        self.built = 0
+
+    def get(self, timing: RankTiming) -> tuple[RankTemplate, Any]:
+        """(template, its encoded form or None until :meth:`encoded` is asked for)."""
+        hit = self.cache.get(timing)
+        if hit is not None:
+            self.cache.move_to_end(timing)
+            return hit
+        template = self.ctx.build(timing)
+        self.built += 1
+        entry = (template, None)
+        self.cache[timing] = entry
+        if self.limit is not None and len(self.cache) > self.limit:
+            self.cache.popitem(last=False)
+        return entry
+
+    def encoded(self, timing: RankTiming) -> tuple[RankTemplate, _Encoded]:
+        template, enc = self.get(timing)
+        if enc is None:
+            enc = _encode(template)
+            self.cache[timing] = (template, enc)
+        return template, enc
+
+
+def _register(ctx: RankContext, groups: GroupRegistry, refs: Iterable[RankRef], rank: int) -> None:
+    for ref in refs:
+        if ref.is_group:
+            groups.id_of(ctx.members(ref, rank))
+
+
+def _metadata(program: Program, timer: Timer, rank: int, blob: str) -> GlobalMetadata:
+    return make_metadata(
         **{
             A.META_RANK: rank,
-            A.META_WORLD_SIZE: fw.world_size,
+            A.META_WORLD_SIZE: program.fw.world_size,
             A.META_SOURCE: SOURCE,
-            A.META_DEVICE: dev.name,
+            A.META_DEVICE: timer.device.name,
+            A.META_COMM_GROUPS: blob,
         }
     )
-    return Trace(metadata=meta, nodes=tuple(b.nodes), rank=rank)
+
+
+def _stamp_nodes(template: RankTemplate, values: dict[RankRef, Any]) -> tuple[Node, ...]:
+    """The template's nodes with the slots filled; unchanged nodes are shared (they are frozen)."""
+    nodes = list(template.nodes)
+    for slot in template.slots:
+        node = nodes[slot.index]
+        attrs = list(node.attrs)
+        for name, pos, ref in zip(slot.names, slot.positions, slot.refs):
+            attrs[pos] = make_attr(name, values[ref])
+        nodes[slot.index] = replace(node, attrs=tuple(attrs))
+    return tuple(nodes)
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A template as framed records: ``pieces`` are runs of fixed nodes joined into one bytes
+    object, or ``(NodePatch, k)`` for a slot whose values are ``ref_sets[k]`` resolved per rank."""
+
+    pieces: tuple[bytes | tuple[NodePatch, int], ...]
+    ref_sets: tuple[tuple[RankRef, ...], ...]
+
+    def records(self, values: dict[RankRef, Any]) -> Iterator[bytes]:
+        resolved = [tuple(values[r] for r in refs) for refs in self.ref_sets]
+        for piece in self.pieces:
+            if type(piece) is bytes:
+                yield piece
+            else:
+                patch, k = piece
+                yield patch.record(resolved[k])
+
+
+def _encode(template: RankTemplate) -> _Encoded:
+    slot_at = {s.index: s for s in template.slots}
+    ref_sets: dict[tuple[RankRef, ...], int] = {}
+    pieces: list = []
+    run: list[bytes] = []
+    for i, node in enumerate(template.nodes):
+        slot = slot_at.get(i)
+        if slot is None:
+            run.append(node_record(node))
+            continue
+        if run:
+            pieces.append(b"".join(run))
+            run = []
+        pieces.append((NodePatch(node, slot.names), ref_sets.setdefault(slot.refs, len(ref_sets))))
+    if run:
+        pieces.append(b"".join(run))
+    return _Encoded(tuple(pieces), tuple(ref_sets))
 
 
 def generate(program: Program, timer: Timer, ranks: Iterable[int] | None = None) -> Workload:
     """Per-rank traces for ``ranks`` (default: all).  Comm groups cover every group any generated
     rank uses; the JSON is also stored in each trace's metadata (``comm_groups``)."""
-    fw = program.fw
-    wanted = sorted(set(ranks)) if ranks is not None else list(range(fw.world_size))
-    for r in wanted:
-        if not 0 <= r < fw.world_size:
-            from xsim_trace.errors import ConfigError
-
-            raise ConfigError(f"rank {r} outside world of {fw.world_size}", field="ranks")
+    wanted = _wanted(program, ranks)
+    ctx = RankContext(program, timer)
+    templates = _Templates(ctx)
     groups = GroupRegistry()
-    built = {r: build_rank(r, program, timer, groups) for r in wanted}
+    chosen: list[tuple[int, RankTemplate]] = []
+    for r in wanted:
+        template, _ = templates.get(ctx.timing(r))
+        _register(ctx, groups, template.refs, r)
+        chosen.append((r, template))
     comm_groups = groups.as_json_dict()
     blob = comm_groups_to_json(comm_groups)
     traces = {}
-    for r, t in built.items():
-        meta = make_metadata(t.metadata.version, **{a.name: a.value for a in t.metadata.attrs}, **{A.META_COMM_GROUPS: blob})
-        traces[r] = Trace(metadata=meta, nodes=t.nodes, rank=r)
-    log.info("generated %d rank traces, %d comm groups", len(traces), len(comm_groups))
+    for r, template in chosen:
+        values = ctx.values(template.refs, r, groups.lookup)
+        traces[r] = Trace(metadata=_metadata(program, timer, r, blob), nodes=_stamp_nodes(template, values), rank=r)
+    log.info("generated %d rank traces from %d templates, %d comm groups", len(traces), templates.built, len(comm_groups))
     return Workload(traces=traces, comm_groups=comm_groups, program=program)
+
+
+def write_workload(
+    prefix: str | os.PathLike[str],
+    program: Program,
+    timer: Timer,
+    ranks: Iterable[int] | None = None,
+    *,
+    compress: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> WrittenWorkload:
+    """Write ``<prefix>.<rank>.et`` for ``ranks`` (default: all) and ``<prefix>.comm_groups.json``,
+    one rank at a time: the same bytes as ``write_rank_set(prefix, *generate(...))`` without holding
+    the traces.  ``progress(1)`` is called after each rank file."""
+    wanted = _wanted(program, ranks)
+    ctx = RankContext(program, timer)
+    templates = _Templates(ctx, TEMPLATE_CACHE_SIZE)
+    # pass 1: every process group, in the order the ranks first use them (the ids depend on it);
+    # which groups a rank uses depends on its stage only
+    groups = GroupRegistry()
+    for r in wanted:
+        _register(ctx, groups, ctx.group_refs(ctx.layout.coord(r).pp), r)
+    comm_groups = groups.as_json_dict()
+    blob = comm_groups_to_json(comm_groups)
+    # pass 2: stamp and write each rank
+    paths: list[Path] = []
+    nodes = 0
+    for r in wanted:
+        template, encoded = templates.encoded(ctx.timing(r))
+        values = ctx.values(template.refs, r, groups.lookup)
+        path = rank_path(prefix, r, compress)
+        head = metadata_record(_metadata(program, timer, r, blob))
+        write_record_file(path, _chain(head, encoded.records(values)), compress=compress)
+        paths.append(path)
+        nodes += len(template.nodes)
+        if progress is not None:
+            progress(1)
+    paths.append(write_comm_groups(prefix, comm_groups))
+    log.info(
+        "wrote %d rank traces (%d nodes) from %d templates, %d comm groups, to %s",
+        len(wanted), nodes, templates.built, len(comm_groups), os.fspath(prefix),
+    )
+    return WrittenWorkload(tuple(paths), comm_groups, len(wanted), nodes, templates.built)
+
+
+def _chain(first: bytes, rest: Iterable[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest

@@ -1,0 +1,422 @@
+"""Rank templates: one trace per pipeline-stage role, stamped out for every rank of that role.
+
+All ranks of one pipeline stage run the same schedule over the same ops; their traces differ only
+in a few fields that name ranks: the ``pg_name`` of TP / CP / EP / DP collectives, ``comm_src`` /
+``comm_dst`` of pipeline sends and receives, and the metadata's rank.  Durations can differ too
+(a group that crosses a node boundary is slower), so a template is keyed by :class:`RankTiming`:
+the stage plus every duration the trace carries that the :class:`Timer` computes from the rank.
+Ranks with equal timing share one template; the rank-specific fields are :class:`Slot` entries,
+each naming a :class:`RankRef` that :meth:`RankContext.values` resolves for a rank.
+
+The builder mirrors the per-rank reference builder (``xsim_trace.workload._reference``) node for
+node and attribute for attribute; ``tests/test_workload_generate_scale.py`` checks byte identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from xsim_trace.devices.compute import KernelClass, kernel_time_ns
+from xsim_trace.errors import GraphError
+from xsim_trace.graph import attrs as A
+from xsim_trace.graph.kinds import CollectiveType, NodeType
+from xsim_trace.graph.model import Node, make_node
+from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, GRAD_BYTES, OPT_LAUNCHES_PER_TENSOR, PARAM_BYTES, _buckets
+from xsim_trace.workload.layout import Coord, Layout
+from xsim_trace.workload.ops import CommKind, CommOp, Op, pp_activation_bytes
+from xsim_trace.workload.program import Program
+from xsim_trace.workload.schedule import Step, stage_order
+from xsim_trace.workload.timing import Timer
+
+#: placeholders held by template nodes in rank-specific fields (every slot is rewritten per rank)
+_PG_PLACEHOLDER = ""
+_RANK_PLACEHOLDER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RankRef:
+    """A rank-specific value: ``kind`` is a process group (a ``CommKind`` value for an op's group,
+    ``dp_grads`` for the gradient-sync group, ``expert_dp`` for expert gradients), ``self`` (the
+    rank) or ``peer`` (the rank with the same tp/cp/dp coordinate on ``stage``)."""
+
+    kind: str
+    stage: int = -1
+
+    @property
+    def is_group(self) -> bool:
+        return self.kind not in ("self", "peer")
+
+
+SELF = RankRef("self")
+DP_GRADS = RankRef("dp_grads")
+EXPERT_DP = RankRef("expert_dp")
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A template node whose attributes ``names`` (at positions ``positions``) take the values of
+    ``refs`` for each rank."""
+
+    index: int
+    names: tuple[str, ...]
+    positions: tuple[int, ...]
+    refs: tuple[RankRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RankTiming:
+    """Every duration of a rank's trace that the timer may compute from the rank: equal timings
+    (and stage) mean byte-equal traces up to the slots."""
+
+    stage: int
+    op_ns: tuple[int, ...]  # device time of each distinct op of the stage (StageOps.ops order)
+    send_ns: tuple[int, ...]  # pipeline send time to the peer on each of StageOps.peer_stages
+    dp_bucket_ns: int
+    dp_expert_ns: int
+    dp_allgather_ns: int
+
+
+@dataclass(frozen=True)
+class RankTemplate:
+    timing: RankTiming
+    nodes: tuple[Node, ...]  # rank-specific attributes hold placeholders
+    slots: tuple[Slot, ...]
+    refs: tuple[RankRef, ...]  # every ref the slots use, in first-use order
+
+    @property
+    def group_refs(self) -> tuple[RankRef, ...]:
+        return tuple(r for r in self.refs if r.is_group)
+
+
+@dataclass(frozen=True)
+class StageOps:
+    """What one stage runs, independent of the rank: schedule, pass op lists, distinct ops."""
+
+    stage: int
+    order: tuple[Step, ...]
+    passes: dict[tuple[int, bool], tuple[tuple[int | None, Op], ...]]  # (chunk, forward) -> ops
+    ops: tuple[Op, ...]  # distinct ops in first-use order
+    op_index: dict[Op, int]
+    peer_stages: tuple[int, ...]  # stages this stage sends to (next, previous)
+
+
+def _tag(microbatch: int, virtual: int, forward: bool, total_virtual: int) -> int:
+    return ((microbatch * total_virtual + virtual) * 2 + (0 if forward else 1)) % (2**31 - 1)
+
+
+class RankContext:
+    """Per (program, timer): stage op lists, rank timings, template building and rank values."""
+
+    def __init__(self, program: Program, timer: Timer) -> None:
+        self.program, self.timer, self.fw = program, timer, program.fw
+        self.layout = Layout(program.fw)
+        self.act_bytes = pp_activation_bytes(program.model, program.fw)
+        self._stage_ops: dict[int, StageOps] = {}
+        self._group_refs: dict[int, tuple[RankRef, ...]] = {}
+
+    # -- rank-independent ----------------------------------------------------------------------
+    def stage_ops(self, stage: int) -> StageOps:
+        cached = self._stage_ops.get(stage)
+        if cached is not None:
+            return cached
+        fw = self.fw
+        order = tuple(stage_order(fw.schedule, stage, fw.pp, fw.microbatches, fw.vpp))
+        passes = {}
+        index: dict[Op, int] = {}
+        for chunk in range(fw.vpp):
+            for forward in (True, False):
+                ops = tuple(self.program.pass_ops(stage, chunk, forward))
+                passes[(chunk, forward)] = ops
+                for _, op in ops:
+                    index.setdefault(op, len(index))
+        peers = tuple(dict.fromkeys(((stage + 1) % fw.pp, (stage - 1) % fw.pp)))
+        out = self._stage_ops[stage] = StageOps(stage, order, passes, tuple(index), index, peers)
+        return out
+
+    def group_refs(self, stage: int) -> tuple[RankRef, ...]:
+        """The process groups a rank of ``stage`` names, in first-use order (the order the group
+        ids are registered in): its ops' groups in schedule order, then the gradient groups.
+        The template builder checks that its nodes use exactly these."""
+        cached = self._group_refs.get(stage)
+        if cached is not None:
+            return cached
+        fw, so = self.fw, self.stage_ops(stage)
+        refs: dict[RankRef, None] = {}
+        for st in so.order:
+            for _, op in so.passes[(st.chunk, st.forward)]:
+                if isinstance(op, CommOp):
+                    refs.setdefault(RankRef(op.kind.value))
+        dense, expert = self.program.stage_params(stage)
+        if fw.dp * fw.cp > 1:
+            refs.setdefault(DP_GRADS)
+        if expert and fw.ep > 1 and len(self.layout.expert_dp_group(self.layout.rank(Coord(0, 0, 0, stage)))) > 1:
+            refs.setdefault(EXPERT_DP)
+        out = self._group_refs[stage] = tuple(refs)
+        return out
+
+    # -- per rank ------------------------------------------------------------------------------
+    def timing(self, rank: int) -> RankTiming:
+        fw, timer, lay = self.fw, self.timer, self.layout
+        c = lay.coord(rank)
+        so = self.stage_ops(c.pp)
+        op_ns = tuple(timer.device_ns(op, rank) for op in so.ops)
+        links = timer.links
+        send_ns = tuple(
+            links.p2p_ns(self.act_bytes, links.spans_nodes((rank, self.peer(c, s)))) for s in so.peer_stages
+        )
+        dense, expert = self.program.stage_params(c.pp)
+        dp_members = lay.dp_group(rank)
+        nb = _buckets(dense + expert, fw)
+        coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
+        bucket = expert_ns = allgather = 0
+        if len(dp_members) > 1:
+            size = dense * GRAD_BYTES // nb + (expert * GRAD_BYTES // nb if fw.ep == 1 else 0)
+            bucket = links.collective_ns(coll, size, len(dp_members), links.spans_nodes(dp_members))
+            if fw.zero_stage >= 1:
+                size = (dense + expert) * PARAM_BYTES // nb
+                allgather = links.collective_ns(
+                    CollectiveType.ALL_GATHER, size, len(dp_members), links.spans_nodes(dp_members)
+                )
+        if expert and fw.ep > 1:
+            edp = lay.expert_dp_group(rank)
+            if len(edp) > 1:
+                expert_ns = links.collective_ns(coll, expert * GRAD_BYTES, len(edp), links.spans_nodes(edp))
+        return RankTiming(c.pp, op_ns, send_ns, bucket, expert_ns, allgather)
+
+    def peer(self, c: Coord, stage: int) -> int:
+        return self.layout.rank(Coord(c.tp, c.cp, c.dp, stage))
+
+    def members(self, ref: RankRef, rank: int) -> tuple[int, ...]:
+        """The process group ``ref`` names for ``rank``."""
+        if ref.kind == DP_GRADS.kind:
+            return self.layout.dp_group(rank)
+        if ref.kind == EXPERT_DP.kind:
+            return self.layout.expert_dp_group(rank)
+        return self.timer.group(CommKind(ref.kind), rank)
+
+    def values(self, refs: Iterable[RankRef], rank: int, group_id) -> dict[RankRef, Any]:
+        """``ref -> value`` for ``rank``; ``group_id(members)`` gives a group's pg_name."""
+        c = self.layout.coord(rank)
+        out: dict[RankRef, Any] = {}
+        for ref in refs:
+            if ref.kind == "self":
+                out[ref] = rank
+            elif ref.kind == "peer":
+                out[ref] = self.peer(c, ref.stage)
+            else:
+                out[ref] = group_id(self.members(ref, rank))
+        return out
+
+    def build(self, timing: RankTiming) -> RankTemplate:
+        return _TemplateBuilder(self, timing).build()
+
+
+class _TemplateBuilder:
+    """The reference ``build_rank`` with durations from a :class:`RankTiming` and rank-specific
+    fields as slots.  Keep the attribute order of every node identical to the reference."""
+
+    def __init__(self, ctx: RankContext, timing: RankTiming) -> None:
+        self.ctx, self.timing = ctx, timing
+        self.so = ctx.stage_ops(timing.stage)
+        self.nodes: list[Node] = []
+        self.slots: list[Slot] = []
+        self.refs: dict[RankRef, None] = {}
+        self.prev: int | None = None
+        self.cpu_prev: int | None = None
+
+    def _add(self, name: str, node_type: NodeType, deps: Iterable[int | None], refs: dict[str, RankRef] | None = None,
+             **attributes) -> int:
+        nid = len(self.nodes)
+        node = make_node(nid, name, node_type, data_deps=[d for d in deps if d is not None], **attributes)
+        if refs:
+            names = tuple(refs)
+            positions = tuple(next(i for i, a in enumerate(node.attrs) if a.name == n) for n in names)
+            self.slots.append(Slot(nid, names, positions, tuple(refs.values())))
+            self.refs.update(dict.fromkeys(refs.values()))
+        self.nodes.append(node)
+        return nid
+
+    def chain(self, name: str, node_type: NodeType, extra: Iterable[int | None] = (), refs=None, **attributes) -> int:
+        nid = self._add(name, node_type, [self.prev, *extra], refs, **attributes)
+        self.prev = nid
+        return nid
+
+    def op_node(self, op: Op, layer: int | None, microbatch: int, extra: Iterable[int | None] = ()) -> int:
+        timer = self.ctx.timer
+        common = {A.MICROBATCH: microbatch, A.IS_CPU_OP: False}
+        if layer is not None:
+            common[A.LAYER] = layer
+        dur = self.timing.op_ns[self.so.op_index[op]]
+        host = timer.host_ns(op)
+        if host > 0:
+            self.cpu_prev = self._add(
+                "launch_" + op.name,
+                NodeType.COMP,
+                [self.cpu_prev, *extra],
+                is_cpu_op=True,
+                duration_ns=host,
+                duration_micros=host // 1000,
+                microbatch=microbatch,
+            )
+        extra = [*extra, self.cpu_prev]
+        if isinstance(op, CommOp):
+            return self.chain(
+                op.name,
+                NodeType.COMM_COLL,
+                extra,
+                {A.PG_NAME: RankRef(op.kind.value)},
+                comm_type=int(op.collective),
+                comm_size=op.size_bytes,
+                pg_name=_PG_PLACEHOLDER,
+                comm_kind=op.kind.value,
+                duration_ns=dur,
+                duration_micros=dur // 1000,
+                **common,
+            )
+        return self.chain(
+            op.name,
+            NodeType.COMP,
+            extra,
+            num_ops=op.flops,
+            bytes_accessed=op.bytes_accessed,
+            kernel_class=op.kernel_class.value,
+            duration_ns=dur,
+            duration_micros=dur // 1000,
+            **common,
+        )
+
+    def build(self) -> RankTemplate:
+        ctx, timing, so = self.ctx, self.timing, self.so
+        program, timer, fw = ctx.program, ctx.timer, ctx.fw
+        stage = timing.stage
+        pp, vpp = fw.pp, fw.vpp
+        total_virtual = pp * vpp
+        act_bytes = ctx.act_bytes
+        send_ns = dict(zip(so.peer_stages, timing.send_ns))
+        last_bwd_ops: list[int] = []
+        for st in so.order:
+            v = st.chunk * pp + stage
+            recv = None
+            neighbour_v = v - 1 if st.forward else v + 1
+            if 0 <= neighbour_v < total_virtual:
+                recv = self._add(
+                    f"recv_{'act' if st.forward else 'grad'}_mb{st.microbatch}_v{v}",
+                    NodeType.COMM_RECV,
+                    [self.prev],
+                    {A.COMM_SRC: RankRef("peer", neighbour_v % pp), A.COMM_DST: SELF},
+                    comm_src=_RANK_PLACEHOLDER,
+                    comm_dst=_RANK_PLACEHOLDER,
+                    comm_tag=_tag(st.microbatch, v, st.forward, total_virtual),
+                    comm_size=act_bytes,
+                    comm_kind=CommKind.PP.value,
+                    microbatch=st.microbatch,
+                    duration_ns=0,
+                )
+            ids = []
+            for j, (layer, op) in enumerate(so.passes[(st.chunk, st.forward)]):
+                ids.append(self.op_node(op, layer, st.microbatch, [recv] if j == 0 else ()))
+            if recv is not None and not ids:
+                self.prev = recv
+            if not st.forward:
+                last_bwd_ops = ids
+            out_v = v + 1 if st.forward else v - 1
+            if 0 <= out_v < total_virtual:
+                self._add(
+                    f"send_{'act' if st.forward else 'grad'}_mb{st.microbatch}_v{out_v}",
+                    NodeType.COMM_SEND,
+                    [self.prev],
+                    {A.COMM_SRC: SELF, A.COMM_DST: RankRef("peer", out_v % pp)},
+                    comm_src=_RANK_PLACEHOLDER,
+                    comm_dst=_RANK_PLACEHOLDER,
+                    comm_tag=_tag(st.microbatch, out_v, st.forward, total_virtual),
+                    comm_size=act_bytes,
+                    comm_kind=CommKind.PP.value,
+                    microbatch=st.microbatch,
+                    duration_ns=send_ns[out_v % pp],
+                )
+        # -- DP gradient buckets ---------------------------------------------------------------
+        dense, expert = program.stage_params(stage)
+        n_dp = fw.dp * fw.cp
+        nb = _buckets(dense + expert, fw)
+        coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
+        last_compute = self.prev
+        bucket_ids: list[int] = []
+        if n_dp > 1:
+            size = dense * GRAD_BYTES // nb + (expert * GRAD_BYTES // nb if fw.ep == 1 else 0)
+            dur = timing.dp_bucket_ns
+            prev_bucket = None
+            for k in range(nb):
+                if fw.overlap_grad_reduce and last_bwd_ops:
+                    trigger = last_bwd_ops[min(len(last_bwd_ops) - 1, (k + 1) * len(last_bwd_ops) // nb - 1)]
+                else:
+                    trigger = last_compute
+                prev_bucket = self._add(
+                    f"dp_grad_bucket{k}",
+                    NodeType.COMM_COLL,
+                    [trigger, prev_bucket],
+                    {A.PG_NAME: DP_GRADS},
+                    comm_type=int(coll),
+                    comm_size=size,
+                    pg_name=_PG_PLACEHOLDER,
+                    comm_kind=CommKind.DP.value,
+                    duration_ns=dur,
+                    duration_micros=dur // 1000,
+                )
+                bucket_ids.append(prev_bucket)
+        if expert and fw.ep > 1 and len(ctx.layout.expert_dp_group(ctx.layout.rank(Coord(0, 0, 0, stage)))) > 1:
+            dur = timing.dp_expert_ns
+            bucket_ids.append(
+                self._add(
+                    "dp_expert_grads",
+                    NodeType.COMM_COLL,
+                    [last_compute, bucket_ids[-1] if bucket_ids else None],
+                    {A.PG_NAME: EXPERT_DP},
+                    comm_type=int(coll),
+                    comm_size=expert * GRAD_BYTES,
+                    pg_name=_PG_PLACEHOLDER,
+                    comm_kind=CommKind.DP.value,
+                    duration_ns=dur,
+                    duration_micros=dur // 1000,
+                )
+            )
+        # -- optimizer --------------------------------------------------------------------------
+        dev = timer.device
+        local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
+        launches = 12 + 4 * nb + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
+        opt_ns = max(
+            kernel_time_ns(KernelClass.OPTIMIZER, 0, local * ADAM_BYTES_PER_PARAM, dev, include_overhead=False)
+            + launches * dev.kernel_overhead_ns,
+            launches * dev.host_op_overhead_ns,
+        )
+        self.prev = last_compute
+        self.chain(
+            "optimizer_step",
+            NodeType.COMP,
+            bucket_ids,
+            bytes_accessed=local * ADAM_BYTES_PER_PARAM,
+            kernel_class=KernelClass.OPTIMIZER.value,
+            duration_ns=opt_ns,
+            duration_micros=opt_ns // 1000,
+            is_cpu_op=False,
+        )
+        if fw.zero_stage >= 1 and n_dp > 1:
+            size = (dense + expert) * PARAM_BYTES // nb
+            dur = timing.dp_allgather_ns
+            for k in range(nb):
+                self.chain(
+                    f"dp_param_allgather{k}",
+                    NodeType.COMM_COLL,
+                    (),
+                    {A.PG_NAME: DP_GRADS},
+                    comm_type=int(CollectiveType.ALL_GATHER),
+                    comm_size=size,
+                    pg_name=_PG_PLACEHOLDER,
+                    comm_kind=CommKind.DP.value,
+                    duration_ns=dur,
+                    duration_micros=dur // 1000,
+                )
+        template = RankTemplate(timing, tuple(self.nodes), tuple(self.slots), tuple(self.refs))
+        if template.group_refs != ctx.group_refs(stage):
+            raise GraphError("template nodes name other process groups than the stage's ops", field="pg_name")
+        return template
