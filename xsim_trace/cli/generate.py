@@ -8,10 +8,10 @@ import logging
 import sys
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.io import atomic_write, write_rank_set
+from xsim_trace.io import atomic_write
 from xsim_trace.workload.estimate import estimate
 from xsim_trace.workload.framework import Framework
-from xsim_trace.workload.generator import generate
+from xsim_trace.workload.generator import write_workload
 from xsim_trace.workload.memory import stage_memory
 from xsim_trace.workload.model import list_models
 from xsim_trace.workload.simai import write_simai
@@ -115,6 +115,16 @@ def _deployment_plan(path: str):
     return doc if is_deployment_plan(doc) else None
 
 
+def _write_chakra(args: argparse.Namespace, setup, ranks: list[int] | None) -> list[str]:
+    """Rank files streamed one at a time from the generator's templates, with a bar over ranks."""
+    from xsim_trace.cli.progress import progress_bar
+
+    total = len(set(ranks)) if ranks is not None else setup.fw.world_size
+    with progress_bar(total, "writing ranks", quiet=getattr(args, "quiet", False), unit="rank", min_items=64) as bar:
+        result = write_workload(args.out, setup.program, setup.timer, ranks, progress=bar.update)
+    return [str(p) for p in result.paths]
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     ranks = _ranks(args.ranks)
     doc = _deployment_plan(args.plan) if args.plan else None
@@ -129,8 +139,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         write_simai(args.out, setup.program, setup.timer)
         written = [args.out]
     else:
-        wl = generate(setup.program, setup.timer, ranks)
-        written = [str(p) for p in write_rank_set(args.out, wl.traces, wl.comm_groups)]
+        written = _write_chakra(args, setup, ranks)
     summary = {
         "model": setup.model.name,
         "device": setup.device.name,
