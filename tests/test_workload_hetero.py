@@ -137,7 +137,7 @@ def test_rewriter_takes_one_template_per_group():
 def test_cli_generate_replay_and_summary(tmp_path, capsys):
     plan = _bad(tmp_path, "two_microbatches", lambda d: d.update(micro_batches=2, global_batch=4))  # the bundled plan, faster
     out = tmp_path / "gen" / "l7"
-    assert main(["generate", "--model", "llama2-7b", "--plan", str(plan), "--out", str(out),
+    assert main(["generate", "--model", "llama2-7b", "--plan", str(plan), "--out", str(out), "--cluster", "mixed-h100-a100",
                  "--summary", str(tmp_path / "s.json")]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"wrote 26 file(s) to {out}: plan llama7b-h100tp4-a100tp8, 24 ranks in 2 group(s): h100 8 x H100")
@@ -145,6 +145,9 @@ def test_cli_generate_replay_and_summary(tmp_path, capsys):
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["world_size"] == 24 and not summary["out_of_memory"] and len(summary["files"]) == 26
     assert read_rank_set(str(out)).ranks == list(range(24))
+    placed = yaml.safe_load(Path(f"{out}.cluster.yaml").read_text())
+    names = [g["name"] for g in placed["groups"]]
+    assert [names[placed["rank_map"][r][0]] for r in (0, 3, 4, 11, 12, 16)] == ["h100", "h100", "a100", "a100", "h100", "a100"]
     assert main(["trace", "check", str(out)]) == 0
     capsys.readouterr()
     for cluster, d in ((f"{out}.cluster.yaml", "r1"), ("mixed-h100-a100", "r2")):

@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--device-file", help="extra devices YAML")
     s.add_argument("--gpus-per-node", type=int, default=8)
     s.add_argument("--nic-gbps", type=float, default=400.0, help="NIC line rate per GPU, Gb/s")
+    p.add_argument("--cluster", metavar="FILE_OR_PRESET",
+                   help="deployment plans: write <PREFIX>.cluster.yaml as this cluster with each rank on a device of "
+                        "its plan group (default: a cluster of the plan's device groups)")
     p.add_argument("--ranks", help="only these ranks, e.g. 0-7,16 (chakra); comm groups still complete")
     p.add_argument("--summary", help="write estimate + memory JSON here ('-' = stdout)")
     p.set_defaults(func=cmd_generate)

@@ -1,8 +1,8 @@
 """``xsim generate --plan DEPLOYMENT_PLAN.yaml``: one workload per device group of a heterogeneous plan.
 
 Chakra: ``<PREFIX>.<rank>.et`` + ``<PREFIX>.comm_groups.json`` for the whole plan, and
-``<PREFIX>.cluster.yaml``, a cluster built from the plan's device groups with each rank placed on
-its group (``xsim replay PREFIX --cluster PREFIX.cluster.yaml``).  SimAI: one text workload per
+``<PREFIX>.cluster.yaml``: ``--cluster`` (or a cluster built from the plan's device groups) with
+each rank placed on a device of its group (``xsim replay PREFIX --cluster PREFIX.cluster.yaml``).  SimAI: one text workload per
 device group (``<OUT>.<group>.txt``).  Everything is built before the first file is written.
 """
 
@@ -24,18 +24,25 @@ from xsim_trace.rewrite.hetero_simai import group_simai_lines, simai_path
 log = logging.getLogger(__name__)
 
 
-def _cluster_yaml(wl: HeteroWorkload) -> str | None:
-    """A cluster of the plan's device groups with the plan's rank placement, as YAML (None when
-    the plan's groups do not make one, e.g. a count that does not fill whole nodes)."""
+def _cluster_yaml(wl: HeteroWorkload, cluster_spec: str | None) -> str | None:
+    """``cluster_spec`` (a file or preset; default: a cluster of the plan's device groups) with
+    each rank placed on a device of its plan group, as YAML.  None when the plan's own groups do
+    not make a cluster (e.g. a count that does not fill whole nodes); a given cluster that cannot
+    hold the plan is an error."""
+    from xsim_trace.cluster import load_cluster
     from xsim_trace.cluster.load import cluster_to_dict
     from xsim_trace.rewrite.engine_replay import place_on_cluster, plan_cluster
 
-    try:
-        cluster = place_on_cluster(wl.result, plan_cluster(wl.plan))
-    except ConfigError as exc:
-        log.warning("no cluster file for plan %s: %s", wl.plan.name, exc)
-        return None
-    header = f"# cluster of plan {wl.plan.name}'s device groups, rank i on the device the plan gives it\n"
+    if cluster_spec:
+        cluster = place_on_cluster(wl.result, load_cluster(cluster_spec))
+    else:
+        try:
+            cluster = place_on_cluster(wl.result, plan_cluster(wl.plan))
+        except ConfigError as exc:
+            log.warning("no cluster file for plan %s: %s", wl.plan.name, exc)
+            return None
+    header = (f"# {cluster_spec or 'cluster of the plan device groups'} with rank i on the device plan "
+              f"{wl.plan.name} gives it\n")
     return header + yaml.safe_dump(cluster_to_dict(cluster), sort_keys=False, default_flow_style=None)
 
 
@@ -78,7 +85,7 @@ def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | Non
         written = list(texts)
     else:
         traces = _selected(wl.result.traces, ranks)
-        cluster_text = _cluster_yaml(wl)
+        cluster_text = _cluster_yaml(wl, getattr(args, "cluster", None))
         written = [str(p) for p in write_rank_set(args.out, traces, wl.result.comm_groups)]
         if cluster_text is not None:
             with atomic_write(f"{args.out}.cluster.yaml") as handle:
