@@ -62,3 +62,66 @@ def test_backward_gemm_pair_costs_the_forward_call():
     bwd = O.backward_of(fwd)
     assert [op.name for op in bwd] == ["qkv_proj_dgrad", "qkv_proj_wgrad"]
     assert _host(timer, bwd) == H
+
+
+def _with_host(timer, host):
+    return type(timer)(timer.device, timer.links, timer.fw, host)
+
+
+def test_host_model_scales_moe_and_attention_core_calls_only():
+    from xsim_trace.workload.host import HostGroup, HostModel
+
+    moe = get_model("mixtral-8x7b").with_(layers=2, seq_len=256, flash_attention=False)
+    fw = Framework(ep=2, dp=2, global_batch=2)
+    _, base = _timer(moe, fw)
+    scaled = _with_host(base, HostModel(moe_factor=2.5, attention_core_factor=0.5))
+    fwd = O.layer_forward(moe, fw)
+    layer_ops = fwd + O.layer_backward(moe, fw)
+    groups = {op.host_group for op in layer_ops if isinstance(op, O.ComputeOp)}
+    assert groups == {HostGroup.MODULE, HostGroup.MOE, HostGroup.ATTENTION_CORE}
+    for op in layer_ops:
+        if not isinstance(op, O.ComputeOp):
+            assert scaled.host_ns(op) == 0  # collectives cost no host time
+            continue
+        want = {HostGroup.MODULE: 1.0, HostGroup.MOE: 2.5, HostGroup.ATTENTION_CORE: 0.5}[op.host_group]
+        assert abs(scaled.host_ns(op) - base.host_ns(op) * want) <= 1, op.name
+    # backward and recompute keep the forward op's group
+    assert {op.host_group for op in O.backward_of(fwd) if isinstance(op, O.ComputeOp) and op.name.startswith("moe_")} == {HostGroup.MOE}
+    # the device side does not change
+    assert all(scaled.device_ns(op, 0) == base.device_ns(op, 0) for op in layer_ops)
+
+
+def test_host_model_ep_exponent_and_defaults():
+    import pytest
+
+    from xsim_trace.errors import ConfigError
+    from xsim_trace.workload.host import HostGroup, HostModel
+
+    assert HostModel().factor(HostGroup.MOE, ep=8) == 1.0
+    assert HostModel(moe_factor=2.0, moe_ep_exponent=0.5).factor(HostGroup.MOE, ep=4) == 4.0
+    assert HostModel(moe_factor=2.0, moe_ep_exponent=0.5).factor(HostGroup.MODULE, ep=4) == 1.0
+    with pytest.raises(ConfigError, match="host.moe_factor"):
+        HostModel(moe_factor=-1)
+    with pytest.raises(ConfigError, match="unknown host model field"):
+        HostModel.from_mapping({"moe": 2})
+    assert HostModel.from_mapping({"attention_core_factor": "0.5"}).attention_core_factor == 0.5
+
+
+def test_host_model_moves_the_estimate_and_the_replayed_trace_alike():
+    """The closed form and the generated trace see the same host model (generator -> Timer.host_ns)."""
+    from xsim_trace.graph import attrs as A
+    from xsim_trace.workload.estimate import estimate
+    from xsim_trace.workload.generator import generate
+    from xsim_trace.workload.host import HostModel
+
+    moe = get_model("mixtral-8x7b").with_(layers=2, seq_len=256, hidden=512, ffn=1024, moe_ffn=1024, heads=8, kv_heads=8)
+    fw = Framework(ep=2, dp=2, global_batch=4, micro_batch=1)
+    program, base = _timer(moe, fw)
+    heavy = _with_host(base, HostModel(moe_factor=3.0))
+    assert estimate(program, heavy).step_ns > estimate(program, base).step_ns
+
+    def cpu_ns(timer):
+        trace = generate(program, timer, ranks=[0]).traces[0]
+        return sum(n.duration_ns for n in trace.nodes if n.attr(A.IS_CPU_OP, False))
+
+    assert cpu_ns(heavy) > cpu_ns(base)

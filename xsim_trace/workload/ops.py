@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from xsim_trace.devices.compute import KernelClass
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.workload.framework import Framework, Recompute
+from xsim_trace.workload.host import HostGroup
 from xsim_trace.workload.model import ModelSpec
 
 
@@ -42,6 +43,8 @@ class ComputeOp:
     #: kernels * host_weight = the framework module calls the op stands for (the host cost of a
     #: Megatron step is Python/PyTorch work per module call, not per CUDA launch)
     host_weight: float = 1.0
+    #: which kind of framework module issues it (the host model scales the per-call cost by kind)
+    host_group: HostGroup = HostGroup.MODULE
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +78,14 @@ def dims(model: ModelSpec, fw: Framework) -> Dims:
     )
 
 
-def _gemm(name: str, m: int, n: int, k: int, elt: int, kernels: int = 1) -> ComputeOp:
-    return ComputeOp(name, KernelClass.GEMM, 2 * m * n * k, (m * k + k * n + m * n) * elt, kernels)
+def _gemm(name: str, m: int, n: int, k: int, elt: int, kernels: int = 1, group: HostGroup = HostGroup.MODULE) -> ComputeOp:
+    return ComputeOp(name, KernelClass.GEMM, 2 * m * n * k, (m * k + k * n + m * n) * elt, kernels, 1.0, group)
 
 
-def _mem(name: str, kc: KernelClass, nbytes: int, kernels: int = 1, modules: float = 1.0) -> ComputeOp:
+def _mem(name: str, kc: KernelClass, nbytes: int, kernels: int = 1, modules: float = 1.0,
+         group: HostGroup = HostGroup.MODULE) -> ComputeOp:
     """A memory-bound op of ``kernels`` launches issued by ``modules`` framework module calls."""
-    return ComputeOp(name, kc, 0, nbytes, kernels, modules / kernels)
+    return ComputeOp(name, kc, 0, nbytes, kernels, modules / kernels, group)
 
 
 #: the unfused attention core (scores, softmax + dropout, context) is one module call on the host
@@ -118,9 +122,10 @@ def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
         ops.append(ComputeOp("flash_attention", KernelClass.ATTENTION, flops, nbytes, kernels=1))
         return ops
     score_bytes = fw.micro_batch * heads_tp * (d.tokens // fw.micro_batch) * d.seq_kv * d.elt
-    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes, 1, _CORE_SHARE))
-    ops.append(_mem("attn_softmax_dropout", KernelClass.SOFTMAX, 3 * score_bytes, kernels=2, modules=_CORE_SHARE))
-    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt, 1, _CORE_SHARE))
+    core = HostGroup.ATTENTION_CORE
+    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes, 1, _CORE_SHARE, core))
+    ops.append(_mem("attn_softmax_dropout", KernelClass.SOFTMAX, 3 * score_bytes, kernels=2, modules=_CORE_SHARE, group=core))
+    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt, 1, _CORE_SHARE, core))
     return ops
 
 
@@ -142,18 +147,20 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     expert_tokens = fw.micro_batch * model.seq_len * model.moe_top_k // (fw.tp * fw.cp)
     expert_flops = 2 * expert_tokens * h * model.moe_ffn * mats
     expert_bytes = local_experts * mats * h * (model.moe_ffn // fw.etp) * e + 3 * expert_tokens * h * e
+    moe = HostGroup.MOE
     ops: list[Op] = [
-        _gemm("moe_router", t_moe, model.moe_experts, h, e),
-        _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4),
+        _gemm("moe_router", t_moe, model.moe_experts, h, e, group=moe),
+        _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe),
     ]
     if fw.ep > 1:
         ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
     # one expert MLP module per local expert (two GEMM launches each)
-    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, 2 * local_experts, 0.5))
-    ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp, kernels=local_experts, modules=local_experts))
+    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, 2 * local_experts, 0.5, moe))
+    ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp,
+                    kernels=local_experts, modules=local_experts, group=moe))
     if fw.ep > 1:
         ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
-    ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3))
+    ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=moe))
     return ops
 
 
@@ -199,12 +206,15 @@ def backward_of(ops: list[Op]) -> list[Op]:
         elif op.kernel_class is KernelClass.GEMM:
             # one autograd node issues both GEMMs: together they cost the forward op's host time
             half = op.host_weight / 2
-            out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half))
-            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half))
+            g = op.host_group
+            out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g))
+            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g))
         elif op.kernel_class is KernelClass.ATTENTION:
-            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels, op.host_weight))
+            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels,
+                                 op.host_weight, op.host_group))
         else:
-            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed, op.kernels, op.host_weight))
+            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed, op.kernels,
+                                 op.host_weight, op.host_group))
     return out
 
 
@@ -223,7 +233,8 @@ def layer_backward(model: ModelSpec, fw: Framework) -> list[Op]:
 def _renamed(op: Op, prefix: str) -> Op:
     if isinstance(op, CommOp):
         return CommOp(prefix + op.name, op.kind, op.collective, op.size_bytes)
-    return ComputeOp(prefix + op.name, op.kernel_class, op.flops, op.bytes_accessed, op.kernels, op.host_weight)
+    return ComputeOp(prefix + op.name, op.kernel_class, op.flops, op.bytes_accessed, op.kernels, op.host_weight,
+                     op.host_group)
 
 
 def embedding_forward(model: ModelSpec, fw: Framework) -> list[Op]:

@@ -9,12 +9,13 @@ overhead stands for)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.framework import Framework
+from xsim_trace.workload.host import HostModel
 from xsim_trace.workload.layout import Layout
 from xsim_trace.workload.ops import CommKind, CommOp, ComputeOp, Op
 
@@ -24,6 +25,8 @@ class Timer:
     device: DeviceSpec
     links: LinkModel
     fw: Framework
+    #: per-kind scaling of the device's per-call host cost (defaults: a plain per-call model)
+    host: HostModel = field(default_factory=HostModel)
 
     @property
     def layout(self) -> Layout:
@@ -37,7 +40,8 @@ class Timer:
     def host_ns(self, op: Op) -> int:
         if isinstance(op, CommOp):
             return 0
-        return int(round(op.kernels * op.host_weight * self.device.host_op_overhead_ns))
+        factor = self.host.factor(op.host_group, self.fw.ep)
+        return int(round(op.kernels * op.host_weight * self.device.host_op_overhead_ns * factor))
 
     def group(self, kind: CommKind, rank: int) -> tuple[int, ...]:
         lay = self.layout
