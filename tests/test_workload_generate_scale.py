@@ -14,7 +14,7 @@ import pytest
 from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError
 from xsim_trace.io import write_rank_set
-from xsim_trace.workload._reference import reference_generate
+from generator_reference import reference_generate
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.generator import generate, write_workload

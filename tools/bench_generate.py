@@ -8,7 +8,7 @@ Usage::
 
 Side by side in one run, each in a fresh process (so each has its own peak RSS):
 
-- ``old``: ``xsim_trace.workload._reference.reference_generate`` + ``write_rank_set`` (every rank
+- ``old``: ``tests/generator_reference.py``'s ``reference_generate`` + ``write_rank_set`` (every rank
   built and timed from scratch, all traces in memory, then written) at ``--old-dp`` (64 ranks);
 - ``new``: ``write_workload`` (templates per stage, stamped and streamed rank by rank) on the
   same configuration, whose files are compared byte for byte with the old ones;
@@ -34,6 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the reference builder lives with the tests
 
 MICROBATCHES = 16
 
@@ -43,7 +44,7 @@ def _child(args: argparse.Namespace) -> None:
     from xsim_trace.workload.framework import Framework
     from xsim_trace.workload.generator import write_workload
     from xsim_trace.workload.model import get_model
-    from xsim_trace.workload._reference import reference_generate
+    from generator_reference import reference_generate
     from xsim_trace.workload.spec_file import make_setup
 
     model = get_model(args.model)

@@ -128,6 +128,16 @@ def _write_chakra(args: argparse.Namespace, setup, ranks: list[int] | None) -> l
     return [str(p) for p in result.paths]
 
 
+def write_summary(target: str | None, summary: dict) -> None:
+    """The --summary JSON: to stdout for '-', atomically to a file otherwise, nowhere when unset."""
+    if target == "-":
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif target:
+        with atomic_write(target) as handle:
+            json.dump(summary, handle, indent=1)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     ranks = _ranks(args.ranks)
     doc = _deployment_plan(args.plan) if args.plan else None
@@ -156,12 +166,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "out_of_memory": any(m.out_of_memory for m in mem),
         "files": len(written),
     }
-    if args.summary == "-":
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif args.summary:
-        with atomic_write(args.summary) as handle:
-            json.dump(summary, handle, indent=1)
+    write_summary(args.summary, summary)
     if not getattr(args, "quiet", False) and args.summary != "-":
         oom = " OUT OF MEMORY on stage(s) " + ",".join(str(m.stage) for m in mem if m.out_of_memory) if summary["out_of_memory"] else ""
         print(

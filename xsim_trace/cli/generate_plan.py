@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from xsim_trace.cli.generate import write_summary
 from xsim_trace.errors import ConfigError
 from xsim_trace.io import atomic_write, write_rank_set
 from xsim_trace.rewrite.hetero_generate import HeteroWorkload, generate_for_plan, plan_for_generate
@@ -92,12 +93,7 @@ def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | Non
                 handle.write(cluster_text)
             written.append(f"{args.out}.cluster.yaml")
     summary["files"] = written
-    if args.summary == "-":
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif args.summary:
-        with atomic_write(args.summary) as handle:
-            json.dump(summary, handle, indent=1)
+    write_summary(args.summary, summary)
     if not getattr(args, "quiet", False) and args.summary != "-":
         for report in wl.partition_reports:
             for line in report.lines():

@@ -15,7 +15,7 @@ and timing, built once, with the rank-specific fields (process-group ids, pipeli
 metadata's rank) filled in per rank.  :func:`generate` returns every trace in memory;
 :func:`write_workload` writes them one rank at a time from pre-encoded records, so memory does not
 grow with the world size.  Both produce exactly what the per-rank reference builder
-(``xsim_trace.workload._reference``) produces.
+(``tests/generator_reference.py``) produces.
 """
 
 from __future__ import annotations

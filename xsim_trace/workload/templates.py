@@ -8,7 +8,7 @@ the stage plus every duration the trace carries that the :class:`Timer` computes
 Ranks with equal timing share one template; the rank-specific fields are :class:`Slot` entries,
 each naming a :class:`RankRef` that :meth:`RankContext.values` resolves for a rank.
 
-The builder mirrors the per-rank reference builder (``xsim_trace.workload._reference``) node for
+The builder mirrors the per-rank reference builder (``tests/generator_reference.py``) node for
 node and attribute for attribute; ``tests/test_workload_generate_scale.py`` checks byte identity.
 """
 
