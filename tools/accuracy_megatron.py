@@ -58,7 +58,7 @@ SYSTEMS = {
 #: identical configurations, so one value per device type cannot serve both.  The SC'21 rows (key
 #: ``sc21``) use the lts_dgx_a100 per-call value, not fitted on them (they are GPU bound).
 CALIBRATION: dict[str, dict[str, float]] = {
-    "dev_dgx_a100": {"host_op_overhead_ns": 370_000, "moe_factor": 0.8, "attention_core_factor": 0.3},
+    "dev_dgx_a100": {"host_op_overhead_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 0.3},
     "lts_dgx_a100": {"host_op_overhead_ns": 260_000, "moe_factor": 2.0, "attention_core_factor": 0.85},
     "dev_dgx_h100": {"host_op_overhead_ns": 250_000, "moe_factor": 1.6, "attention_core_factor": 0.3},
     "sc21": {"host_op_overhead_ns": 260_000},  # = lts_dgx_a100's per-call cost (host cost is negligible there)
