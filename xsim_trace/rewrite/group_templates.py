@@ -2,9 +2,10 @@
 
 Each stage's layer, embedding and head ops are the workload generator's per-rank ops
 (:mod:`xsim_trace.workload.ops`) at the stage's own TP degree, each compute op timed by
-:class:`xsim_trace.workload.timing.Timer` on the stage's own device (the catalog roofline plus the
-per-kernel overhead), so no stage is scaled from another device's times.  The TP collectives are
-the generator's (all-reduce without sequence parallelism, as the rewriter emits them).
+:func:`xsim_trace.rewrite.templates.templates_from_ops` on the stage's own device (the catalog roofline
+plus the per-kernel overhead, as the generator's timer does), so no stage is scaled from another
+device's times.  The TP collectives are the generator's (all-reduce without sequence parallelism, as
+the rewriter emits them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.rewrite.model_spec import ModelSpec
 from xsim_trace.rewrite.plan import DeviceGroup, Plan
-from xsim_trace.rewrite.templates import LayerTemplate, ModelTemplate, OpTemplate
+from xsim_trace.rewrite.templates import ModelTemplate, templates_from_ops
 
 log = logging.getLogger(__name__)
 
@@ -43,37 +44,13 @@ def workload_model(plan_model: ModelSpec, preset=None):
 
 def stage_template(plan_model: ModelSpec, wmodel, group: DeviceGroup, tp: int) -> ModelTemplate:
     """Templates of one layer (and embedding / head) at TP ``tp`` timed on ``group``'s device."""
-    from xsim_trace.workload import ops as O
-    from xsim_trace.workload.comm import LinkModel
     from xsim_trace.workload.framework import Framework
     from xsim_trace.workload.program import Program
-    from xsim_trace.workload.timing import Timer
 
-    dev = group.spec()
     mbs = plan_model.micro_batch_size
-    fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs)
-    Program(wmodel, fw)  # the generator's own checks of this TP degree against the model
-    timer = Timer(dev, LinkModel.for_device(dev, group.devices_per_node, group.nic_gbps), fw)
-
-    def op(o) -> OpTemplate:
-        if isinstance(o, O.CommOp):
-            return OpTemplate(name=o.name, kind="coll", comm_type=o.collective, comm_size_bytes=o.size_bytes)
-        return OpTemplate(name=o.name, kind="comp", duration_ns=timer.gpu_ns(o), kernel_class=o.kernel_class.value,
-                          flops=o.flops, bytes_accessed=o.bytes_accessed, tp_sharded=o.kernel_class.compute_bound)
-
-    def lt(fwd, bwd, layer: int = -1) -> LayerTemplate:
-        return LayerTemplate(tuple(op(o) for o in fwd), tuple(op(o) for o in bwd), layer)
-
-    emb_grad = plan_model.embedding_params() * plan_model.dtype_bytes
-    return ModelTemplate(
-        layers=(lt(O.layer_forward(wmodel, fw), O.layer_backward(wmodel, fw), 0),),
-        device=dev.name, tp=tp, activation_bytes=plan_model.boundary_activation_bytes(),
-        layer_grad_bytes=plan_model.layer_grad_bytes(),
-        pre=lt(O.embedding_forward(wmodel, fw), O.embedding_backward(wmodel, fw)),
-        post=lt(O.head_forward(wmodel, fw), O.head_backward(wmodel, fw)),
-        source=f"generator:{wmodel.name}@{dev.name}/tp{tp}",
-        pre_grad_bytes=emb_grad, post_grad_bytes=emb_grad,
-    )
+    Program(wmodel, Framework(tp=tp, micro_batch=mbs, global_batch=mbs))  # the generator's checks of this TP degree
+    dev = group.spec()
+    return templates_from_ops(plan_model, wmodel, dev, tp, f"generator:{wmodel.name}@{dev.name}/tp{tp}")
 
 
 def group_templates(plan: Plan, wmodel=None) -> dict[tuple[str, int], ModelTemplate]:

@@ -168,46 +168,50 @@ def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None
     )
 
 
-def _timed(op, device: str) -> OpTemplate:
-    """An op of :mod:`xsim_trace.workload.ops` as a template, timed by the catalog roofline (one
-    launch overhead per kernel, as the workload generator's timer does)."""
+def _timed(op, dev) -> OpTemplate:
+    """An op of :mod:`xsim_trace.workload.ops` as a template, timed by the catalog roofline on
+    ``dev`` (a DeviceSpec; one launch overhead per kernel, as the workload generator's timer does)."""
     from xsim_trace.workload.ops import CommOp
 
     if isinstance(op, CommOp):
         return OpTemplate(name=op.name, kind="coll", comm_type=op.collective, comm_size_bytes=op.size_bytes)
-    dev = get_device(device)
     t = kernel_time_ns(op.kernel_class, op.flops, op.bytes_accessed, dev, include_overhead=False)
     t += op.kernels * dev.kernel_overhead_ns
     return OpTemplate(name=op.name, kind="comp", duration_ns=t, kernel_class=op.kernel_class.value, flops=op.flops,
                       bytes_accessed=op.bytes_accessed, tp_sharded=op.kernel_class.compute_bound)
 
 
-def templates_from_model(model: ModelSpec, device: str, tp: int = 1) -> ModelTemplate:
-    """Templates of one Megatron-style layer (and embedding / head) at TP ``tp`` on ``device``:
-    the workload generator's per-rank ops (:mod:`xsim_trace.workload.ops`), timed by the device
-    catalog's roofline.  The TP collectives are the generator's (all-reduce without SP)."""
+def templates_from_ops(model: ModelSpec, wmodel, dev, tp: int, source: str) -> ModelTemplate:
+    """Templates of one layer (and embedding / head) at TP ``tp``: the workload generator's per-rank
+    ops for ``wmodel`` (a :class:`xsim_trace.workload.model.ModelSpec`) timed on ``dev`` (a
+    DeviceSpec); sizes (boundary activation, gradients) from the plan geometry ``model``."""
     from xsim_trace.workload.framework import Framework
     from xsim_trace.workload.ops import embedding_backward, embedding_forward, head_backward, head_forward, \
         layer_backward, layer_forward
 
-    dev = get_device(device).name
-    wm = model.to_workload()
     mbs = model.micro_batch_size
     fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs)
 
     def lt(fwd, bwd, layer: int = -1) -> LayerTemplate:
         return LayerTemplate(tuple(_timed(o, dev) for o in fwd), tuple(_timed(o, dev) for o in bwd), layer)
 
+    emb_grad = model.embedding_params() * model.dtype_bytes
     return ModelTemplate(
-        layers=(lt(layer_forward(wm, fw), layer_backward(wm, fw), 0),),
-        device=dev, tp=tp, activation_bytes=model.boundary_activation_bytes(),
+        layers=(lt(layer_forward(wmodel, fw), layer_backward(wmodel, fw), 0),),
+        device=dev.name, tp=tp, activation_bytes=model.boundary_activation_bytes(),
         layer_grad_bytes=model.layer_grad_bytes(),
-        pre=lt(embedding_forward(wm, fw), embedding_backward(wm, fw)),
-        post=lt(head_forward(wm, fw), head_backward(wm, fw)),
-        source=f"roofline:{model.name or 'model'}@{dev}/tp{tp}",
-        pre_grad_bytes=model.embedding_params() * model.dtype_bytes,
-        post_grad_bytes=model.embedding_params() * model.dtype_bytes,
+        pre=lt(embedding_forward(wmodel, fw), embedding_backward(wmodel, fw)),
+        post=lt(head_forward(wmodel, fw), head_backward(wmodel, fw)),
+        source=source, pre_grad_bytes=emb_grad, post_grad_bytes=emb_grad,
     )
+
+
+def templates_from_model(model: ModelSpec, device: str, tp: int = 1) -> ModelTemplate:
+    """Templates of one Megatron-style layer (and embedding / head) at TP ``tp`` on ``device``:
+    the workload generator's per-rank ops (:mod:`xsim_trace.workload.ops`), timed by the device
+    catalog's roofline.  The TP collectives are the generator's (all-reduce without SP)."""
+    dev = get_device(device)
+    return templates_from_ops(model, model.to_workload(), dev, tp, f"roofline:{model.name or 'model'}@{dev.name}/tp{tp}")
 
 
 def iter_ops(templates: Iterable[LayerTemplate], back: bool) -> Iterable[OpTemplate]:
