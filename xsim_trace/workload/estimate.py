@@ -73,6 +73,23 @@ def _buckets(total_params: int, fw) -> int:
     return max(1, -(-total_params // size))
 
 
+def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, device) -> tuple[int, int]:
+    """(bytes accessed, duration ns) of the Adam step on one rank of ``stage``: its local
+    parameters (sharded over the ``n_dp`` DP ranks under ZeRO), HBM bound, or host bound by its
+    launches (a fixed dozen plus 4 per gradient bucket)."""
+    fw = program.fw
+    dense, expert = program.stage_params(stage)
+    local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
+    launches = 12 + 4 * buckets + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
+    nbytes = local * ADAM_BYTES_PER_PARAM
+    ns = max(
+        kernel_time_ns(KernelClass.OPTIMIZER, 0, nbytes, device, include_overhead=False)
+        + launches * device.kernel_overhead_ns,
+        launches * device.host_op_overhead_ns,
+    )
+    return nbytes, ns
+
+
 def estimate(program: Program, timer: Timer) -> Estimate:
     fw, model = program.fw, program.model
     lay = Layout(fw)
@@ -155,13 +172,7 @@ def estimate(program: Program, timer: Timer) -> Estimate:
             exposed = max(dp_ns - last_bwd[s], dp_ns // nb)
         else:
             exposed = dp_ns
-        local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
-        opt_kernels = 12 + 4 * nb + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(s)
-        opt_ns = max(
-            kernel_time_ns(KernelClass.OPTIMIZER, 0, local * ADAM_BYTES_PER_PARAM, dev, include_overhead=False)
-            + opt_kernels * dev.kernel_overhead_ns,
-            opt_kernels * dev.host_op_overhead_ns,
-        )
+        _, opt_ns = optimizer_step(program, s, n_dp, nb, dev)
         gather = 0
         if fw.zero_stage >= 1 and n_dp > 1:
             gather = nb * timer.links.collective_ns(CollectiveType.ALL_GATHER, (dense + expert) * PARAM_BYTES // nb, n_dp, inter)

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from xsim_trace.devices.compute import KernelClass, kernel_time_ns
+from xsim_trace.devices.compute import KernelClass
 from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, make_node
-from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, GRAD_BYTES, OPT_LAUNCHES_PER_TENSOR, PARAM_BYTES, _buckets
+from xsim_trace.workload.estimate import GRAD_BYTES, PARAM_BYTES, _buckets, optimizer_step
 from xsim_trace.workload.layout import Coord, Layout
 from xsim_trace.workload.ops import CommKind, CommOp, Op, pp_activation_bytes
 from xsim_trace.workload.program import Program
@@ -147,13 +147,18 @@ class RankContext:
             for _, op in so.passes[(st.chunk, st.forward)]:
                 if isinstance(op, CommOp):
                     refs.setdefault(RankRef(op.kind.value))
-        dense, expert = self.program.stage_params(stage)
         if fw.dp * fw.cp > 1:
             refs.setdefault(DP_GRADS)
-        if expert and fw.ep > 1 and len(self.layout.expert_dp_group(self.layout.rank(Coord(0, 0, 0, stage)))) > 1:
+        if self.has_expert_dp(stage):
             refs.setdefault(EXPERT_DP)
         out = self._group_refs[stage] = tuple(refs)
         return out
+
+    def has_expert_dp(self, stage: int) -> bool:
+        """Whether ranks of ``stage`` reduce expert gradients over an expert-DP group of 2+ ranks."""
+        _, expert = self.program.stage_params(stage)
+        return bool(expert) and self.fw.ep > 1 and len(
+            self.layout.expert_dp_group(self.layout.rank(Coord(0, 0, 0, stage)))) > 1
 
     # -- per rank ------------------------------------------------------------------------------
     def timing(self, rank: int) -> RankTiming:
@@ -364,7 +369,7 @@ class _TemplateBuilder:
                     duration_micros=dur // 1000,
                 )
                 bucket_ids.append(prev_bucket)
-        if expert and fw.ep > 1 and len(ctx.layout.expert_dp_group(ctx.layout.rank(Coord(0, 0, 0, stage)))) > 1:
+        if ctx.has_expert_dp(stage):
             dur = timing.dp_expert_ns
             bucket_ids.append(
                 self._add(
@@ -381,20 +386,13 @@ class _TemplateBuilder:
                 )
             )
         # -- optimizer --------------------------------------------------------------------------
-        dev = timer.device
-        local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
-        launches = 12 + 4 * nb + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
-        opt_ns = max(
-            kernel_time_ns(KernelClass.OPTIMIZER, 0, local * ADAM_BYTES_PER_PARAM, dev, include_overhead=False)
-            + launches * dev.kernel_overhead_ns,
-            launches * dev.host_op_overhead_ns,
-        )
+        opt_bytes, opt_ns = optimizer_step(program, stage, n_dp, nb, timer.device)
         self.prev = last_compute
         self.chain(
             "optimizer_step",
             NodeType.COMP,
             bucket_ids,
-            bytes_accessed=local * ADAM_BYTES_PER_PARAM,
+            bytes_accessed=opt_bytes,
             kernel_class=KernelClass.OPTIMIZER.value,
             duration_ns=opt_ns,
             duration_micros=opt_ns // 1000,
