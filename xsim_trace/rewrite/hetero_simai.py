@@ -29,7 +29,7 @@ def group_simai_lines(plan: Plan, wmodel) -> dict[str, list[str]]:
     with its layer ranges resolved)."""
     from xsim_trace.workload.comm import LinkModel
     from xsim_trace.workload.framework import Framework
-    from xsim_trace.workload.program import Chunk
+    from xsim_trace.workload.program import Chunk, rank_params
     from xsim_trace.workload.simai import stage_simai_lines
     from xsim_trace.workload.timing import Timer
 
@@ -55,10 +55,9 @@ def group_simai_lines(plan: Plan, wmodel) -> dict[str, list[str]]:
         for c, (a, b) in enumerate(st.chunks):
             vs = c * n_st + s
             chunks.append(Chunk(s, c, vs, a, b - a, vs == 0, vs == n_st * v - 1))
-        m = wmodel
-        params = sum(ch.layers for ch in chunks) * ((m.attention_params() + m.mlp_params()) // st.tp + m.norm_params())
-        params += sum(m.vocab * m.hidden // st.tp for ch in chunks for end in (ch.has_embedding, ch.has_head) if end)
-        out[g.name] = stage_simai_lines(wmodel, fw, timer, chunks, params)
+        dense, expert = rank_params(wmodel, fw, sum(ch.layers for ch in chunks),
+                                    embedding=any(ch.has_embedding for ch in chunks), head=any(ch.has_head for ch in chunks))
+        out[g.name] = stage_simai_lines(wmodel, fw, timer, chunks, dense + expert)
     return out
 
 

@@ -28,6 +28,20 @@ class Chunk:
     has_head: bool
 
 
+def rank_params(model: ModelSpec, fw: Framework, layers: int, *, embedding: bool, head: bool) -> tuple[int, int]:
+    """(dense params, expert params) on one rank holding ``layers`` layers (and the vocab-parallel
+    embedding / output layer when asked) after TP / EP sharding."""
+    m = model
+    if m.is_moe:
+        expert = layers * m.moe_experts * m.mlp_params(m.moe_ffn) // (fw.ep * fw.etp)
+        dense_layer = m.attention_params() // fw.tp + m.norm_params() + m.hidden * m.moe_experts
+    else:
+        expert = 0
+        dense_layer = (m.attention_params() + m.mlp_params()) // fw.tp + m.norm_params()
+    dense = layers * dense_layer + (embedding + head) * (m.vocab * m.hidden // fw.tp)
+    return dense, expert
+
+
 @dataclass(frozen=True)
 class Program:
     model: ModelSpec
@@ -83,18 +97,9 @@ class Program:
         """(dense params, expert params) on one rank of ``stage`` after TP / EP sharding."""
         m, fw = self.model, self.fw
         layers = sum(c.layers for (s, _), c in self.chunks.items() if s == stage)
-        if m.is_moe:
-            expert = layers * m.moe_experts * m.mlp_params(m.moe_ffn) // (fw.ep * fw.etp)
-            dense_layer = m.attention_params() // fw.tp + m.norm_params() + m.hidden * m.moe_experts
-        else:
-            expert = 0
-            dense_layer = (m.attention_params() + m.mlp_params()) // fw.tp + m.norm_params()
-        dense = layers * dense_layer
-        if stage == 0:
-            dense += m.vocab * m.hidden // fw.tp
-        if stage == fw.pp - 1 and (not m.tied_embeddings or fw.pp > 1):
-            dense += m.vocab * m.hidden // fw.tp  # output layer (a tied copy on the last stage when pp > 1)
-        return dense, expert
+        # the output layer is on the last stage (a tied copy there when pp > 1)
+        head = stage == fw.pp - 1 and (not m.tied_embeddings or fw.pp > 1)
+        return rank_params(m, fw, layers, embedding=stage == 0, head=head)
 
     def stage_param_tensors(self, stage: int) -> int:
         """Parameter tensors held by one rank of ``stage`` (weights, biases, norm scales)."""
