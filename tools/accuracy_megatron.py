@@ -212,7 +212,7 @@ def device_for(row: Row, calibration: dict[str, dict[str, float]]) -> tuple[Devi
     dev = get_device(name)
     cal = calibration.get(row.golden, {})
     fields = {k: (int(v) if k.endswith("_ns") else float(v)) for k, v in cal.items() if k not in HOST_FIELDS}
-    host = HostModel(**{k: float(v) for k, v in cal.items() if k in HOST_FIELDS})
+    host = HostModel.from_mapping({k: v for k, v in cal.items() if k in HOST_FIELDS})
     return dataclasses.replace(dev, **fields), nic, host
 
 

@@ -19,6 +19,7 @@ fits one HostModel per measured container x system (docs/workload.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -55,8 +56,7 @@ class HostModel:
 
     @classmethod
     def from_mapping(cls, raw: "dict[str, float]", *, source: str = "") -> "HostModel":
-        fields = {"moe_factor", "moe_ep_exponent", "attention_core_factor"}
-        unknown = sorted(set(raw) - fields)
+        unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"unknown host model field(s) {', '.join(unknown)}", file=source or None, field="host")
         try:
