@@ -26,6 +26,8 @@ COMMAND_MODULES = (
     "validate",
     "backends",
     "sweep",
+    "collectives",
+    "calibrate",
 )
 
 log = logging.getLogger("xsim")

@@ -192,7 +192,7 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
     )
 
 
-def _nccl_to_dict(t: NcclTuning) -> dict[str, Any]:
+def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
     out: dict[str, Any] = {"net": t.net}
     for key in ("nvls", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "net_latency_us"):
         if getattr(t, key) is not None:
@@ -389,7 +389,7 @@ def cluster_to_dict(c: Cluster) -> dict[str, Any]:
         if g.nic is not None:
             gd["nic"] = {"count": g.nic.count, "nic_gbps": g.nic.nic_gbps, "latency_ns": g.nic.latency_ns}
         if g.nccl != NcclTuning():
-            gd["nccl"] = _nccl_to_dict(g.nccl)
+            gd["nccl"] = nccl_tuning_to_dict(g.nccl)
         groups.append(gd)
     out: dict[str, Any] = {"name": c.name, "groups": groups}
     if c.links:

@@ -130,10 +130,14 @@ def _tree_bw(s: GroupShape, proto: Proto, nch: int, size_bytes: int) -> float:
     alg = bus * 0.5
     if s.multi_node:  # each node sends and receives about the whole message once per direction
         alg = min(alg, s.net_bw_GBps)
+    return alg * _tree_correction(proto, size_bytes)
+
+
+def _tree_correction(proto: Proto, size_bytes: int) -> float:
+    """NCCL's medium-size correction of tree (and NVLS-tree) bandwidth: pipelines that are not yet full."""
     log_size = max(0, size_bytes >> 6).bit_length() - 1
-    if 0 <= log_size < len(C.TREE_CORRECTION[proto]):
-        alg *= C.TREE_CORRECTION[proto][log_size]
-    return alg
+    table = C.TREE_CORRECTION[proto]
+    return table[log_size] if 0 <= log_size < len(table) else 1.0
 
 
 def _p2p_bw(s: GroupShape, kind: CollKind, proto: Proto) -> float:
@@ -160,7 +164,7 @@ def algbw_GBps(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
         return min(s.nvls_bw_GBps, s.net_bw_GBps) if s.multi_node else s.nvls_bw_GBps
     if algo is Algo.NVLS_TREE:
         frac = 1.0 if s.n_nodes <= 2 else C.NVLS_TREE_INTER_FRACTION_BEYOND_2_NODES
-        return min(s.nvls_bw_GBps, s.net_bw_GBps * frac)
+        return min(s.nvls_bw_GBps, s.net_bw_GBps * frac) * _tree_correction(proto, size_bytes)
     if algo is Algo.COLLNET_DIRECT:
         return min(s.intra_bw_GBps * C.TREE_SIMPLE_FRACTION, s.net_bw_GBps) * (0.85 if s.arch != "ampere" else 1.0)
     if algo is Algo.COLLNET_CHAIN:
