@@ -104,12 +104,21 @@ THREADS_PER_CHANNEL = 512
 PER_CHANNEL_GBPS = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
 MAX_CHANNELS = 32
 
-#: protocol efficiencies (tuning.cc): LL moves 8 bytes of which 4 are data (1/4 on rings for reductions and
-#: across nodes, else 1/3); LL128 carries 120 of every 128 bytes (0.92); tree LL 1/3.8, tree LL128 7/9 on one node
-RING_LL_FRACTION = (1.0 / 4.0, 1.0 / 3.0)
+#: protocol efficiencies (tuning.cc, 2.2x): LL moves 8-byte lines of which 4 bytes are data (0.5 on rings);
+#: LL128 carries 120 of every 128 bytes (0.92); tree LL 1/3.8, tree LL128 7/9 on one node, 120/128 across nodes
+RING_LL_FRACTION = 0.5
 LL128_FRACTION = 0.92
-LL128_FRACTION_ONE_GPU_PER_NODE = 0.7
 TREE_SIMPLE_FRACTION = 0.92
+#: NVLS and NVLS-tree algorithm bandwidth per unit of bus bandwidth (tuning.cc: 5/6)
+NVLS_RATIO = 5.0 / 6.0
+#: PAT (all-gather / reduce-scatter with one GPU per node) reaches 0.75 of the link; its latency is
+#: 8 us + log2(nodes) x inter-node latency / 3.5 + 2.8 us per rank (tuning.cc)
+PAT_FRACTION = 0.75
+PAT_BASE_US, PAT_LOG_DIVISOR, PAT_PER_RANK_US = 8.0, 3.5, 2.8
+#: host cost of posting a network operation on an inter-node ring step (tuning.cc ``getNetOverhead``: 1 us on
+#: Intel, 2 us on AMD hosts; three times that for Simple); the model assumes Intel-class hosts
+NET_OVERHEAD_US = 1.0
+NET_OVERHEAD_SIMPLE_FACTOR = 3.0
 TREE_LL_FRACTION = 1.0 / 3.8
 TREE_LL128_FRACTION = (7.0 / 9.0, 120.0 / 128.0)
 #: NVLS-tree across more than two nodes halves the inter-node bandwidth (tuning.cc)

@@ -60,7 +60,7 @@ def _nsteps(kind: CollKind, n: int) -> int:
 def _inter_steps(kind: CollKind, nodes: int) -> int:
     if nodes <= 1:
         return 0
-    return 2 * nodes if kind is AR else nodes - 1 if kind in (AG, RS) else nodes
+    return 2 * (nodes - 1) if kind is AR else nodes - 1 if kind in (AG, RS) else nodes
 
 
 def candidates(s: GroupShape, kind: CollKind) -> list[tuple[Algo, Proto]]:
@@ -81,6 +81,8 @@ def candidates(s: GroupShape, kind: CollKind) -> list[tuple[Algo, Proto]]:
     elif kind in (AG, RS):
         if s.multi_node and s.ranks_per_node == 1:
             out.append((Algo.PAT, SIMPLE))
+        if s.nvls_bw_GBps > 0 and not s.multi_node:
+            out.append((Algo.NVLS, SIMPLE))
         if s.collnet:
             out.append((Algo.COLLNET_DIRECT, SIMPLE))
     return out
@@ -111,11 +113,9 @@ def _ring_bus(s: GroupShape) -> float:
 def _ring_bw(s: GroupShape, kind: CollKind, proto: Proto, nch: int) -> float:
     bus = _ring_bus(s)
     if proto is LL:
-        frac = C.RING_LL_FRACTION[0] if (s.multi_node or kind in (AR, RD)) else C.RING_LL_FRACTION[1]
-        bus = min(C.LL_MAX_BW[s.arch][s.node_class], bus * frac)
+        bus = min(C.LL_MAX_BW[s.arch][s.node_class], bus * C.RING_LL_FRACTION)
     elif proto is LL128:
-        frac = C.LL128_FRACTION_ONE_GPU_PER_NODE if s.ranks_per_node < 2 else C.LL128_FRACTION
-        bus = min(bus * frac, nch * C.PER_CH_RING_LL128[s.arch][s.node_class])
+        bus = min(bus * C.LL128_FRACTION, nch * C.PER_CH_RING_LL128[s.arch][s.node_class])
     return bus * s.n_ranks / _nsteps(kind, s.n_ranks)
 
 
@@ -161,6 +161,8 @@ def algbw_GBps(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
     if algo is Algo.TREE:
         return _tree_bw(s, proto, nch, size_bytes)
     if algo is Algo.NVLS:
+        if kind in (AG, RS):  # the switch multicasts / reduces; each GPU still moves (n-1)/n of the buffer
+            return s.nvls_bw_GBps / C.NVLS_RATIO * (s.ranks_per_node - 1) / s.ranks_per_node
         return min(s.nvls_bw_GBps, s.net_bw_GBps) if s.multi_node else s.nvls_bw_GBps
     if algo is Algo.NVLS_TREE:
         frac = 1.0 if s.n_nodes <= 2 else C.NVLS_TREE_INTER_FRACTION_BEYOND_2_NODES
@@ -170,7 +172,7 @@ def algbw_GBps(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
     if algo is Algo.COLLNET_CHAIN:
         return min(s.intra_bw_GBps * C.TREE_SIMPLE_FRACTION * 0.5, s.net_bw_GBps)
     if algo is Algo.PAT:
-        return s.net_bw_GBps * s.n_ranks / max(1, s.n_ranks - 1)
+        return s.net_bw_GBps * C.PAT_FRACTION
     return _p2p_bw(s, kind, proto)
 
 
@@ -180,8 +182,10 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
     hw = C.HW_LAT_US
     lat = C.BASE_LAT_US[algo][proto]
     intra = hw[intra_hw].get(algo, hw[intra_hw][Algo.RING])[proto]
-    net_table = hw["net"][Algo.TREE] if s.ranks_per_node == 1 and algo is Algo.RING else hw["net"].get(algo, hw["net"][Algo.RING])
-    inter = net_table[proto] + s.net_latency_us
+    # with one GPU per node every latency is exposed: NCCL then uses the tree's network latency
+    net_table = hw["net"][Algo.TREE] if s.ranks_per_node == 1 else hw["net"].get(algo, hw["net"][Algo.RING])
+    # the network's own latency per step, paid twice by Simple (the receive flush)
+    inter = net_table.get(proto, 0.0) + s.net_latency_us * (2.0 if proto is SIMPLE else 1.0)
     n, nodes, ppn = s.n_ranks, s.n_nodes, s.ranks_per_node
     log_nodes = max(0, nodes.bit_length() - 1)
     if algo is Algo.RING:
@@ -191,6 +195,9 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
             lat += steps * (one + (s.net_latency_us if s.multi_node else 0.0))
         else:
             ni = _inter_steps(kind, nodes)
+            if s.multi_node:  # every step of an inter-node ring posts network operations
+                overhead = C.NET_OVERHEAD_US * (C.NET_OVERHEAD_SIMPLE_FACTOR if proto is SIMPLE else 1.0)
+                intra = max(intra, overhead)
             lat += (steps - ni) * intra + ni * inter
             if proto is SIMPLE and kind is AR and s.multi_node and size_bytes / (_full_channels(s, algo) * n) >= 64:
                 lat *= C.RING_PLATEAU_LAT_FACTOR[s.arch]
@@ -205,7 +212,7 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
     elif algo is Algo.COLLNET_CHAIN:
         lat += 2 * (ppn - 1) * intra + inter
     elif algo is Algo.PAT:
-        lat += max(1, (n - 1).bit_length()) * inter
+        lat = C.PAT_BASE_US + log_nodes * inter / C.PAT_LOG_DIVISOR + n * C.PAT_PER_RANK_US
     else:  # point-to-point: one hop
         lat += inter if s.multi_node else intra
     return lat + s.latency_us
@@ -239,6 +246,11 @@ def _price(s: GroupShape, kind: CollKind, size_bytes: int, algo: Algo | None, pr
     )
 
 
+#: memo of price_collective by its raw arguments (strings or enums), so a repeated call skips parsing
+_MEMO: dict[tuple, CollectivePrice] = {}
+_MEMO_MAX = 1 << 20
+
+
 def price_collective(
     group: GroupShape,
     kind: CollKind | str,
@@ -251,7 +263,15 @@ def price_collective(
     broadcast, reduce and all-to-all, the gathered output for all-gather, the input for reduce-scatter,
     the message for send/recv).  ``algo`` / ``proto`` force NCCL's choice like ``NCCL_ALGO`` /
     ``NCCL_PROTO``.  Memoised per (group, kind, size, forcing)."""
+    key = (group, kind, size_bytes, algo, proto)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit
     k = kind if isinstance(kind, CollKind) else CollKind.parse(kind, field="collective")
     a = None if algo is None else algo if isinstance(algo, Algo) else Algo.parse(algo, field="algo")
     p = None if proto is None else proto if isinstance(proto, Proto) else Proto.parse(proto, field="proto")
-    return _price(group, k, int(size_bytes), a, p)  # type: ignore[arg-type]
+    price = _price(group, k, int(size_bytes), a, p)  # type: ignore[arg-type]
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[key] = price
+    return price
