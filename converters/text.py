@@ -180,8 +180,7 @@ class Layout:
 
     def pg_name(self, ranks: tuple[int, ...]) -> str:
         if len(ranks) == self.world:
-            self.groups.setdefault("0", ranks)
-            return "0"
+            return "0"  # the world: every simulator reads pg "0" as all ranks; no comm-group entry
         name = self._names.get(ranks)
         if name is None:
             name = str(len(self._names) + 1)
@@ -229,9 +228,7 @@ def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: in
             raise ConfigError(f"rank {rank} is outside the {world} NPUs", field="ranks")
         nodes = _rank_nodes(w, rank, layout, num_passes, scale)
         traces[rank] = Trace(metadata=make_metadata(), nodes=tuple(nodes), rank=rank, source=source)
-    groups = dict(sorted(layout.groups.items(), key=lambda kv: (kv[0] != "0", int(kv[0]) if kv[0].isdigit() else 0)))
-    if "0" not in groups:
-        groups["0"] = tuple(range(world))
+    groups = dict(sorted(layout.groups.items(), key=lambda kv: int(kv[0])))  # ids from 1; the world is "0"
     meta_common = {
         A.META_WORLD_SIZE: world,
         A.META_SOURCE: f"xsim-convert text ({w.parallelism})",

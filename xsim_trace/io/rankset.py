@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from xsim_trace.errors import FormatError
+from xsim_trace.errors import FormatError, GraphError
 from xsim_trace.graph.model import Trace, comm_groups_to_json
 from xsim_trace.io.atomic import atomic_write
 from xsim_trace.io.et import Progress, read_et, write_et
@@ -117,8 +117,20 @@ def rank_path(prefix: str | os.PathLike[str], rank: int, compress: bool = False)
     return Path(f"{os.fspath(prefix)}.{rank}.et{'.gz' if compress else ''}")
 
 
+def check_group_ids(groups: Mapping[str, Iterable[int]], file: str | None = None) -> None:
+    """Comm-group ids as ASTRA-sim reads them: positive decimal integers.  ASTRA-sim takes pg
+    "0" (and "") as all ranks by itself and aborts on a group whose id is 0."""
+    from xsim_trace.graph.checks import check_group_ids as problems_of
+
+    problems = problems_of(groups)
+    if problems:
+        raise GraphError(f"cannot write {problems[0].message}", file=file)
+
+
 def write_comm_groups(prefix: str | os.PathLike[str], groups: Mapping[str, Iterable[int]]) -> Path:
+    """Write ``<prefix>.comm_groups.json``; ids must be positive integers (:func:`check_group_ids`)."""
     path = Path(os.fspath(prefix) + COMM_GROUPS_SUFFIX)
+    check_group_ids(groups, str(path))
     with atomic_write(path) as handle:
         handle.write(comm_groups_to_json({str(k): list(v) for k, v in groups.items()}) + "\n")
     return path
@@ -132,12 +144,16 @@ def write_rank_set(
     compress: bool = False,
     progress: Progress | None = None,
 ) -> list[Path]:
-    """Write one file per rank (each atomically) and, if given, the comm-group JSON."""
+    """Write one file per rank (each atomically) and, if given, the comm-group JSON (a group "0" of
+    all the ranks is left out: pg "0" means all ranks anyway; any other id must be a positive integer)."""
     paths = []
     for rank in sorted(traces):
         path = rank_path(prefix, rank, compress)
         write_et(path, traces[rank], compress=compress, progress=progress)
         paths.append(path)
     if comm_groups is not None:
+        world = tuple(sorted(traces))
+        if "0" in comm_groups and tuple(sorted(comm_groups["0"])) == world == tuple(range(len(world))):
+            comm_groups = {k: v for k, v in comm_groups.items() if k != "0"}  # pg "0" is all ranks without an entry
         paths.append(write_comm_groups(prefix, comm_groups))
     return paths
