@@ -79,3 +79,15 @@ def test_global_flags_on_both_entry_points(tmp_path, capsys):
     prefix = write_allreduce(tmp_path)
     assert main(["trace", "check", "-q", prefix]) == 0
     assert capsys.readouterr().err.count("no problems") == 1
+
+
+def test_output_errors_are_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    prefix = write_allreduce(tmp_path)
+    args = ["-q", "replay", prefix, "--cluster", "dgx-h100:1", "--no-plot", "--no-timeline", "--out"]
+    assert main([*args, str(blocker)]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    (tmp_path / "o" / "summary.json").mkdir(parents=True)
+    assert main([*args, str(tmp_path / "o")]) == 2
+    assert "a folder has this name" in capsys.readouterr().err
