@@ -60,9 +60,10 @@ def network_for(cluster_spec, backend_name: str):
 
 
 def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False):
-    from xsim_trace.replay import compile_workload, replay_compiled
+    from xsim_trace.replay import replay_compiled
+    from xsim_trace.replay.api import compile_checked
 
-    workload = compile_workload(traces, comm_groups, drop_missing_deps=drop_missing_deps)
+    workload = compile_checked(traces, comm_groups, drop_missing_deps=drop_missing_deps)
     with progress_bar(workload.num_nodes, "replay", quiet=quiet) as bar:
         return replay_compiled(workload, backend, settings, cluster=cluster, progress=bar.update)
 
