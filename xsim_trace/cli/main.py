@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "rewrite",
     "plan",
     "generate",
+    "estimate",
     "validate",
     "backends",
     "sweep",
