@@ -24,7 +24,12 @@ from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
 
 BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps")
 LAT_PARAMS = ("latency_us", "net_latency_us")
-_ROUNDS = 3
+_ROUNDS = 4
+#: weight of the pull towards the uncalibrated value (per parameter, squared log ratio for bandwidths,
+#: squared (difference / 50 us) for latencies): a parameter the runs cannot see (the scale-out bandwidth of an
+#: all-reduce that NVLS-tree bounds by NVLink) stays at its physical value instead of drifting
+_PRIOR_WEIGHT = 0.05
+_PRIOR_LAT_SCALE_US = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +137,20 @@ def calibrate(base: Cluster, runs: Sequence[NcclTestsRun]) -> Calibration:
     group = base.groups[0]
     free = _free_params(group, runs)
     values = _start(group, runs)
+    prior = dict(values)
+
+    def penalty(vals: dict[str, float]) -> float:
+        out = 0.0
+        for k in free:
+            if k in BW_PARAMS:
+                out += math.log(vals[k] / prior[k]) ** 2 if prior[k] > 0 else 0.0
+            else:
+                out += ((vals[k] - prior[k]) / _PRIOR_LAT_SCALE_US) ** 2
+        return _PRIOR_WEIGHT * out
+
     current = _with(group, **{k: values[k] for k in free})
-    best = _loss(current, runs)
-    span = {k: (math.log(2.0) if k in BW_PARAMS else 1.0) for k in free}
+    best = _loss(current, runs) + penalty(values)
+    span = {k: (math.log(4.0) if k in BW_PARAMS else 4.0) for k in free}
     for _ in range(_ROUNDS):
         for name in free:
             for trial in _grid(name, values[name], span[name]):
@@ -143,7 +159,7 @@ def calibrate(base: Cluster, runs: Sequence[NcclTestsRun]) -> Calibration:
                 if name == "net_latency_us" and trial < 0:
                     continue
                 cand = _with(current, **{name: trial})
-                loss = _loss(cand, runs)
+                loss = _loss(cand, runs) + penalty({**values, name: trial})
                 if loss < best - 1e-12:
                     best, current, values[name] = loss, cand, trial
             span[name] /= 4.0
