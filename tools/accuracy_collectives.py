@@ -13,7 +13,12 @@ Per run and size band (< 64 KiB, 64 KiB - 16 MiB, >= 16 MiB) it prints the media
 out-of-place time.  nccl-tests' own launch cost when one process drives several GPUs (-g 8) is priced from the
 run's notes (GroupShape.with_launch).
 
-usage: python tools/accuracy_collectives.py [--reference CSV] [--rows]
+Then the transfer-only NCCL kernels of the bundled 8-rank DLRM capture (traces/dlrm_v100_8rank_kineto, ranks on
+one clock; the rank that arrived last at a kernel did not wait, so its kernel is a pure transfer): median
+|error| with the schedule walk (the default replay) and with the NCCL model (--collective-model nccl).
+All-to-alls there are grouped send/recv, priced by the network backend in both cases.
+
+usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces]
 """
 
 from __future__ import annotations
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reference", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--rows", action="store_true", help="also print every row")
+    ap.add_argument("--no-traces", action="store_true", help="skip the shared-trace kernels")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         runs, skipped = load_runs(args.reference, Path(tmp))
@@ -135,7 +141,37 @@ def main(argv: list[str] | None = None) -> int:
     print("# median over runs of the per-run median |error|:")
     for key, values in summary.items():
         print(f"#   {key:<24} {100 * statistics.median(values):5.1f}%  (worst run {100 * max(values):5.1f}%, {len(values)} runs)")
+    if not args.no_traces:
+        trace_kernels()
     return 0
+
+
+def trace_kernels() -> None:
+    from converters.crossrank import alltoall_schedule  # noqa: PLC0415
+    from converters.kineto import convert_kineto, read_ranks  # noqa: PLC0415
+    from xsim_trace.io.sources import resolve_inputs  # noqa: PLC0415
+    from xsim_trace.replay import ReplaySettings  # noqa: PLC0415
+    from xsim_trace.validate.pipeline import validate_captures  # noqa: PLC0415
+
+    spec = str(ROOT / "traces" / "dlrm_v100_8rank_kineto")
+    kts = read_ranks(resolve_inputs(spec))
+
+    def convert(number):
+        conv = convert_kineto(kts, step=number)
+        return conv.traces, conv.comm_groups
+
+    print("# transfer-only NCCL kernels of traces/dlrm_v100_8rank_kineto on v100-dgx1 (|error| of each kernel)")
+    print(f"{'collective model':<18} {'collectives med/worst %':>24} {'all-to-all (p2p) med %':>23} {'all kernels med %':>18}  models")
+    for model in ("schedule", "nccl"):
+        v, _ = validate_captures(spec, "v100-dgx1", convert, settings=ReplaySettings(collective_model=model),
+                                 alltoall_order=alltoall_schedule)
+        rows = v.transfer_rows()
+        coll = [abs(c.error_pct) for c in rows if "(p2p)" not in (c.converted_as or "")]
+        p2p = [abs(c.error_pct) for c in rows if "(p2p)" in (c.converted_as or "")]
+        allk = [abs(c.error_pct) for c in rows]
+        chosen = sorted({c.model for c in rows if c.model})
+        print(f"{model:<18} {statistics.median(coll):>12.1f} / {max(coll):>8.1f} {statistics.median(p2p):>23.1f} "
+              f"{statistics.median(allk):>18.1f}  {', '.join(chosen) or '-'}")
 
 
 if __name__ == "__main__":
