@@ -190,5 +190,8 @@ def test_old_layout_fixture_parses_and_calibrates(tmp_path, capsys):
         parse_nccl_tests(bad)
     out = tmp_path / "v100.yaml"
     assert main(["calibrate", "nccl-tests", str(log), "-o", str(out)]) == 0
-    assert "all_gather" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "all_gather" in captured.out
+    # the made-up log is far slower than the base preset's 4x 100 Gb/s NICs: the fit says so
+    assert "net_bw_GBps stopped at the edge of its range" in captured.err
     assert load_cluster(out).groups[0].gpu_type == "V100-SXM2-32GB"

@@ -53,6 +53,9 @@ class Calibration:
     tuning: NcclTuning
     fitted: tuple[str, ...]
     rows: tuple[FitRow, ...]
+    #: bandwidths that ended on a bound of their allowed range (0.4-1.25x the base cluster's): the base
+    #: cluster probably does not describe this fabric's hardware (NIC count or speed, link generation)
+    at_bound: tuple[str, ...] = ()
 
     def median_abs_error(self, min_size: int = 0) -> float:
         errs = [abs(r.error) for r in self.rows if r.size_bytes >= min_size]
@@ -230,9 +233,12 @@ def calibrate(base: Cluster, runs: Sequence[NcclTestsRun]) -> Calibration:
     refined = {**values, **{k: _clamp(k, _from_x(k, v), prior[k]) for k, v in zip(free, x)}}
     if objective(refined) < best:
         values = refined
+    values = {k: _clamp(k, v, prior[k]) for k, v in values.items()}
+    at_bound = tuple(k for k in free if k in BW_PARAMS and prior[k] > 0
+                     and any(math.isclose(values[k], prior[k] * f, rel_tol=1e-6) for f in _BW_RANGE))
     tuning = dataclasses.replace(group.nccl, **{k: round(values[k], 3) for k in free})
     fitted = _with(group, **{k: getattr(tuning, k) for k in free})
-    return Calibration(tuning, tuple(free), tuple(predict_rows(fitted, runs)))
+    return Calibration(tuning, tuple(free), tuple(predict_rows(fitted, runs)), at_bound)
 
 
 def calibrated_cluster(base: Cluster, calibration: Calibration, *, nodes: int | None = None) -> dict:
