@@ -90,10 +90,10 @@ class ScheduleCache:
     def step_times(self, hit: CachedSchedule, members: np.ndarray) -> list[np.ndarray]:
         """Uncontended time of every transfer of every step of ``hit`` among ranks ``members``."""
         if hit.step_times is None:
-            hit.step_times = [self._transfer_times(members[s.src], members[s.dst], s.size_bytes) for s in hit.schedule.steps]
+            hit.step_times = [self.transfer_times(members[s.src], members[s.dst], s.size_bytes) for s in hit.schedule.steps]
         return hit.step_times
 
-    def _transfer_times(self, src: np.ndarray, dst: np.ndarray, size: np.ndarray) -> np.ndarray:
+    def transfer_times(self, src: np.ndarray, dst: np.ndarray, size: np.ndarray) -> np.ndarray:
         """Uncontended transfer time of each (src, dst, size), memoised on the whole step (the
         steps of a ring are all alike, so a 2(n-1)-step ring asks the backend once)."""
         key = src.tobytes() + b"|" + dst.tobytes() + b"|" + size.tobytes()
