@@ -180,8 +180,7 @@ class Layout:
 
     def pg_name(self, ranks: tuple[int, ...]) -> str:
         if len(ranks) == self.world:
-            self.groups.setdefault("0", ranks)
-            return "0"
+            return "0"  # the world: every simulator reads pg "0" as all ranks; no comm-group entry
         name = self._names.get(ranks)
         if name is None:
             name = str(len(self._names) + 1)
@@ -229,9 +228,7 @@ def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: in
             raise ConfigError(f"rank {rank} is outside the {world} NPUs", field="ranks")
         nodes = _rank_nodes(w, rank, layout, num_passes, scale)
         traces[rank] = Trace(metadata=make_metadata(), nodes=tuple(nodes), rank=rank, source=source)
-    groups = dict(sorted(layout.groups.items(), key=lambda kv: (kv[0] != "0", int(kv[0]) if kv[0].isdigit() else 0)))
-    if "0" not in groups:
-        groups["0"] = tuple(range(world))
+    groups = dict(sorted(layout.groups.items(), key=lambda kv: int(kv[0])))  # ids from 1; the world is "0"
     meta_common = {
         A.META_WORLD_SIZE: world,
         A.META_SOURCE: f"xsim-convert text ({w.parallelism})",
@@ -315,13 +312,9 @@ def _rank_nodes(w: Workload, rank: int, layout: Layout, passes: int, scale: int)
 
 def convert_text_file(path: str | os.PathLike[str], *, num_npus: int | None = None, num_passes: int = 1,
                       time_unit: str = "auto") -> TextConversion:
+    from xsim_trace.io.documents import read_text
+
     name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise FormatError("no such file", file=name) from None
-    except UnicodeDecodeError:
-        raise FormatError("not a text file", file=name) from None
+    text = read_text(name, "workload file", FormatError)
     return convert_workload(parse_workload(text, name), num_npus=num_npus, num_passes=num_passes,
                             time_unit=time_unit, source=name)

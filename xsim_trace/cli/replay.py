@@ -60,9 +60,9 @@ def network_for(cluster_spec, backend_name: str):
 
 
 def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False):
-    from xsim_trace.replay import compile_workload
+    from xsim_trace.replay.api import compile_checked
 
-    workload = compile_workload(traces, comm_groups, drop_missing_deps=drop_missing_deps)
+    workload = compile_checked(traces, comm_groups, drop_missing_deps=drop_missing_deps)
     return run_compiled(workload, cluster, backend, settings, quiet=quiet)
 
 

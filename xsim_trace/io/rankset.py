@@ -6,14 +6,13 @@ ASTRA-sim's ``--comm-group-configuration`` reads.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from xsim_trace.errors import FormatError
+from xsim_trace.errors import FormatError, GraphError
 from xsim_trace.graph.model import Trace, comm_groups_to_json
 from xsim_trace.io.atomic import atomic_write
 from xsim_trace.io.et import Progress, read_et, write_et
@@ -83,14 +82,10 @@ def find_rank_files(prefix_or_dir: str | os.PathLike[str]) -> tuple[str, dict[in
 
 
 def read_comm_groups(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    from xsim_trace.io.documents import load_document
+
     name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except FileNotFoundError:
-        raise FormatError("no such comm-group file", file=name) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"not valid JSON ({exc})", file=name) from None
+    raw = load_document(name, "comm-group file", as_json=True, error=FormatError)
     if not isinstance(raw, dict):
         raise FormatError("expected an object {\"<id>\": [ranks...]}", file=name)
     out: dict[str, tuple[int, ...]] = {}
@@ -122,8 +117,20 @@ def rank_path(prefix: str | os.PathLike[str], rank: int, compress: bool = False)
     return Path(f"{os.fspath(prefix)}.{rank}.et{'.gz' if compress else ''}")
 
 
+def check_group_ids(groups: Mapping[str, Iterable[int]], file: str | None = None) -> None:
+    """Comm-group ids as ASTRA-sim reads them: positive decimal integers.  ASTRA-sim takes pg
+    "0" (and "") as all ranks by itself and aborts on a group whose id is 0."""
+    from xsim_trace.graph.checks import check_group_ids as problems_of
+
+    problems = problems_of(groups)
+    if problems:
+        raise GraphError(f"cannot write {problems[0].message}", file=file)
+
+
 def write_comm_groups(prefix: str | os.PathLike[str], groups: Mapping[str, Iterable[int]]) -> Path:
+    """Write ``<prefix>.comm_groups.json``; ids must be positive integers (:func:`check_group_ids`)."""
     path = Path(os.fspath(prefix) + COMM_GROUPS_SUFFIX)
+    check_group_ids(groups, str(path))
     with atomic_write(path) as handle:
         handle.write(comm_groups_to_json({str(k): list(v) for k, v in groups.items()}) + "\n")
     return path
@@ -137,12 +144,16 @@ def write_rank_set(
     compress: bool = False,
     progress: Progress | None = None,
 ) -> list[Path]:
-    """Write one file per rank (each atomically) and, if given, the comm-group JSON."""
+    """Write one file per rank (each atomically) and, if given, the comm-group JSON (a group "0" of
+    all the ranks is left out: pg "0" means all ranks anyway; any other id must be a positive integer)."""
     paths = []
     for rank in sorted(traces):
         path = rank_path(prefix, rank, compress)
         write_et(path, traces[rank], compress=compress, progress=progress)
         paths.append(path)
     if comm_groups is not None:
+        world = tuple(sorted(traces))
+        if "0" in comm_groups and tuple(sorted(comm_groups["0"])) == world == tuple(range(len(world))):
+            comm_groups = {k: v for k, v in comm_groups.items() if k != "0"}  # pg "0" is all ranks without an entry
         paths.append(write_comm_groups(prefix, comm_groups))
     return paths

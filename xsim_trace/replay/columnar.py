@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from xsim_trace.errors import GraphError
+from xsim_trace.graph.bounds import check_bounds
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import NS_PER_US
 from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns
@@ -79,7 +80,10 @@ def compile_rank_files(
                 return compile_columns(cols, groups, drop_missing_deps=drop_missing_deps), prefix
             except _Unsupported as why:
                 log.debug("columnar compile declined (%s); compiling the typed traces", why)
+            except GraphError:
+                log.debug("columnar compile refused the set; the typed path words the error")
     rs = read_rank_set(prefix)
+    check_bounds(rs.traces)  # the typed path refuses what the engine cannot represent (graph/bounds.py)
     return compile_workload(rs.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), prefix
 
 

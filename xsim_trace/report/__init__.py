@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xsim_trace.report.plot import breakdown_png, write_breakdown_png
 from xsim_trace.report.summary import summary_dict, write_summary
 from xsim_trace.report.table import fmt_ns, render_table
 from xsim_trace.report.timeline import write_timeline
@@ -27,6 +26,19 @@ def write_reports(result, out_dir: str | os.PathLike[str], *, timeline: bool = T
         paths["breakdown"] = out / BREAKDOWN_FILE
         write_breakdown_png(result, paths["breakdown"])
     return paths
+
+
+def breakdown_png(result) -> bytes:
+    """The breakdown chart as PNG bytes (matplotlib is imported only here)."""
+    from xsim_trace.report.plot import breakdown_png as draw
+
+    return draw(result)
+
+
+def write_breakdown_png(result, path: str | os.PathLike[str]) -> None:
+    from xsim_trace.report.plot import write_breakdown_png as write
+
+    write(result, path)
 
 
 __all__ = [
