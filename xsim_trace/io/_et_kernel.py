@@ -23,6 +23,7 @@ LIST_ATTR = "ring_order"
 _ALL = INT_ATTRS + STR_ATTRS + (LIST_ATTR,)
 N_INT = len(INT_ATTRS)
 N_STR = len(STR_ATTRS)
+IS_CPU_OP = INT_ATTRS.index("is_cpu_op")
 
 OK, BAD_FRAME, BAD_WIRE, ODD_VALUE, NO_METADATA = 0, 1, 2, 3, 4
 
@@ -133,8 +134,12 @@ def _attr(buf, pos, end, names, noffs):
     k = _match(buf, name_off, name_len, names, noffs)
     if k < 0:
         return OK, -1, 0, 0, 0, 0
-    if vfield == 0:
-        return OK, k, 0, 0, 0, 0
+    if vfield == 0:  # no value: absent for is_cpu_op and the strings; a bounds error elsewhere
+        if k == IS_CPU_OP or (k >= N_INT and k < N_INT + N_STR):
+            return OK, k, 0, 0, 0, 0
+        return ODD_VALUE, k, 0, 0, 0, 0
+    if vfield == 27 and k != IS_CPU_OP:  # a bool where a number belongs: the bounds check words it
+        return ODD_VALUE, k, 0, 0, 0, 0
     if k < N_INT:
         v = np.int64(0)
         if vfield in (7, 9, 11, 13, 27) and vwt == 0:
@@ -218,6 +223,7 @@ def decode_nodes(buf, names, noffs, node_id, ntype, dur_us, name_off, name_len, 
             soff[i, k] = -1
             slen[i, k] = 0
         dep_ptr[i] = nd
+        seen = np.int64(0)
         # two walks: data deps (field 5) first, then ctrl deps (4), as the typed path lists them
         for want in (5, 4):
             p = pos
@@ -292,6 +298,11 @@ def decode_nodes(buf, names, noffs, node_id, ntype, dur_us, name_off, name_len, 
                     st, k, has, v, so, sl = _attr(buf, p2, p2 + n, names, noffs)
                     if st != OK:
                         return st, deps[:0]
+                    if k >= 0:  # a wanted attribute twice: readers differ on which wins, so leave it
+                        bit = np.int64(1) << k
+                        if seen & bit:
+                            return ODD_VALUE, deps[:0]
+                        seen |= bit
                     if k >= 0 and k < N_INT:
                         ihas[i, k] = has
                         ivals[i, k] = v
