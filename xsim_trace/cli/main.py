@@ -28,6 +28,7 @@ COMMANDS = (
     ("rewrite", "rewrite", "rewrite a trace or a model for a heterogeneous deployment plan"),
     ("plan", "plan", "deployment plans: check, partition, compare"),
     ("generate", "generate", "generate per-rank Chakra (or SimAI text) workloads from a model and parallelism flags"),
+    ("estimate", "estimate", "predict one configuration's step time, breakdown, MFU and memory (no rank files)"),
     ("validate", "validate", "convert Kineto captures, replay them, compare per rank with the measured ProfilerStep"),
     ("backends", "backends", "list network backends; compare them on one workload"),
     ("sweep", "sweep", "run a parameter sweep from a YAML spec (resumable results.jsonl, summary of the best runs)"),
