@@ -39,6 +39,8 @@ MAX_DURATION_MICROS = MAX_DURATION_NS // NS_PER_US
 MAX_TOTAL_NS = 1 << 60
 MAX_SIZE_BYTES = 1 << 50
 MAX_TOTAL_BYTES = 1 << 56
+#: ranks of one rank set that a converter or generator builds (world groups are materialised)
+MAX_WORLD_SIZE = 1 << 20
 _COLLECTIVES = frozenset(int(c) for c in CollectiveType)
 _COMM_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV, NodeType.COMM_COLL})
 
