@@ -23,6 +23,9 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reduction-delay-ns", type=int, default=0, help="delay after each received message that is reduced, ns")
     p.add_argument("--p2p", choices=("eager", "rendezvous"), default="eager", help="send/recv semantics (default eager)")
     p.add_argument("--drop-missing-deps", action="store_true", help="drop dependencies on nodes absent from a trace (with a warning) instead of failing")
+    p.add_argument("--absent-peers", choices=("mirror", "skew"), default="mirror",
+                   help="ranks missing from the set (a single-rank capture): each mirrors the nearest captured rank "
+                        "below it (default mirror); skew also starts each rank at its captured step-start offset")
     p.add_argument("--no-timeline", action="store_true", help="skip timeline.json")
     p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
 
@@ -113,8 +116,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     cluster, backend = network_for(args.cluster, args.backend)
     quiet = getattr(args, "quiet", False)
-    # decoded straight into columns where it can (no per-node objects), else the typed way
-    workload, prefix = compile_rank_files(args.trace, drop_missing_deps=args.drop_missing_deps)
+    partial = _partial_rank_set(args.trace)
+    if partial is None:
+        # decoded straight into columns where it can (no per-node objects), else the typed way
+        workload, prefix = compile_rank_files(args.trace, drop_missing_deps=args.drop_missing_deps)
+    else:
+        workload, prefix = _compile_completed(args.trace, args.absent_peers, args.drop_missing_deps, quiet)
     result = run_compiled(workload, cluster, backend, settings, quiet=quiet)
     paths = write_reports(
         result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
@@ -122,3 +129,33 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     print_outputs(result, paths)
     return 0
+
+
+def _partial_rank_set(trace: str) -> tuple[int, ...] | None:
+    """The ranks present when the rank set at ``trace`` lacks some of its world (by the files'
+    ``world_size`` metadata), else None."""
+    from xsim_trace.graph import attrs as A
+    from xsim_trace.io import find_rank_files, read_metadata
+
+    _prefix, files = find_rank_files(trace, partial=True)
+    world = max(files) + 1
+    for path in files.values():
+        value = read_metadata(path).attr(A.META_WORLD_SIZE)
+        if isinstance(value, int) and not isinstance(value, bool):
+            world = max(world, value)
+    return tuple(files) if len(files) < world else None
+
+
+def _compile_completed(trace: str, mode: str, drop_missing_deps: bool, quiet: bool):
+    """A partial rank set completed with modelled peers (:mod:`xsim_trace.replay.absent`), compiled;
+    what was modelled is said on stderr."""
+    from converters.crossrank import alltoall_schedule
+    from xsim_trace.io import read_rank_set
+    from xsim_trace.replay.absent import AbsentPeers, complete_rank_set
+    from xsim_trace.replay.api import compile_checked
+
+    rs = read_rank_set(trace, partial=True)
+    done = complete_rank_set(rs.traces, rs.comm_groups, AbsentPeers(mode), alltoall_order=alltoall_schedule)
+    for note in done.notes if not quiet else ():
+        print(f"xsim: note: {note}", file=sys.stderr)
+    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), rs.prefix

@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from xsim_trace.errors import GraphError
-from xsim_trace.graph.bounds import check_bounds
+from xsim_trace.graph.bounds import check_bounds, columns_in_bounds
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import NS_PER_US
@@ -71,7 +71,7 @@ def compile_rank_files(
         cols: dict[int, NodeColumns] = {}
         for rank, path in files.items():
             c = read_columns(path)
-            if c is None:
+            if c is None or not columns_in_bounds(c):  # out of bounds: the typed path names the value
                 break
             cols[rank] = c
             if on_rank is not None:
