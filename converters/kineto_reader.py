@@ -15,6 +15,7 @@ from typing import IO, Any, Callable
 import ijson
 
 from xsim_trace.errors import FormatError
+from xsim_trace.io.json_input import GuardedReader, checked_us
 
 CHUNK_BYTES = 1 << 18  # smaller chunks: fewer parsed-but-unreduced events alive at once
 NS_PER_US = 1000
@@ -103,24 +104,30 @@ class KinetoTrace:
 
 
 def _to_ns(value: Any, idx: int, key: str, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise FormatError(f"event {idx}: {key!r} is not a number ({value!r})", file=name, event=idx) from None
-        else:
-            raise FormatError(f"event {idx}: {key!r} is missing or not a number", file=name, event=idx)
-    return int(round(value * NS_PER_US))
+    value = checked_us(value, key, name, idx)
+    return int(round(value * NS_PER_US)) if not isinstance(value, int) else value * NS_PER_US
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _thread_id(value: Any, idx: int, key: str, name: str) -> Any:
+    """A pid / tid: absent, text, or an int64 (an integral float becomes an int)."""
+    if value is None or isinstance(value, str):
+        return value
+    n = _opt_int(value)
+    if n is None:
+        raise FormatError(f"{key!r} must be an integer or a string, found {str(value)[:40]}", file=name, event=idx)
+    return n
 
 
 def _opt_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
+        return value
     return None
 
 
@@ -140,7 +147,7 @@ class _Reducer:
         if raw.get("ph") != "X":
             return
         cat = raw.get("cat")
-        if cat not in KEPT_CATS:
+        if not isinstance(cat, str) or cat not in KEPT_CATS:
             return
         name = raw.get("name")
         if not isinstance(name, str):
@@ -167,7 +174,8 @@ class _Reducer:
         if stream is None and cat in GPU_CATS:
             stream = _opt_int(raw.get("tid"))
         small = self._small
-        pid, tid = raw.get("pid"), raw.get("tid")
+        pid = _thread_id(raw.get("pid"), idx, "pid", self.name)
+        tid = _thread_id(raw.get("tid"), idx, "tid", self.name)
         pid = small.setdefault(pid, pid) if isinstance(pid, (int, str)) else pid
         tid = small.setdefault(tid, tid) if isinstance(tid, (int, str)) else tid
         if stream is not None:
@@ -181,6 +189,7 @@ class _Reducer:
 
 def read_kineto(stream: IO[bytes], name: str, progress: Callable[[int], None] | None = None) -> KinetoTrace:
     """Parse one Kineto JSON stream.  ``progress`` is called with the number of bytes consumed."""
+    stream = GuardedReader(stream, name)
     reducer = _Reducer(name)
     header: dict[str, Any] = {}
     devices: list[Any] = []

@@ -312,13 +312,9 @@ def _rank_nodes(w: Workload, rank: int, layout: Layout, passes: int, scale: int)
 
 def convert_text_file(path: str | os.PathLike[str], *, num_npus: int | None = None, num_passes: int = 1,
                       time_unit: str = "auto") -> TextConversion:
+    from xsim_trace.io.documents import read_text
+
     name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise FormatError("no such file", file=name) from None
-    except UnicodeDecodeError:
-        raise FormatError("not a text file", file=name) from None
+    text = read_text(name, "workload file", FormatError)
     return convert_workload(parse_workload(text, name), num_npus=num_npus, num_passes=num_passes,
                             time_unit=time_unit, source=name)

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 from typing import Callable
 
 from xsim_trace.errors import XsimError
@@ -27,6 +28,7 @@ COMMANDS = (
     ("rewrite", "rewrite", "rewrite a trace or a model for a heterogeneous deployment plan"),
     ("plan", "plan", "deployment plans: check, partition, compare"),
     ("generate", "generate", "generate per-rank Chakra (or SimAI text) workloads from a model and parallelism flags"),
+    ("estimate", "estimate", "predict one configuration's step time, breakdown, MFU and memory (no rank files)"),
     ("validate", "validate", "convert Kineto captures, replay them, compare per rank with the measured ProfilerStep"),
     ("backends", "backends", "list network backends; compare them on one workload"),
     ("sweep", "sweep", "run a parameter sweep from a YAML spec (resumable results.jsonl, summary of the best runs)"),
@@ -35,6 +37,13 @@ COMMAND_MODULES = tuple(module for _name, module, _help in COMMANDS)
 _GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet")
 
 log = logging.getLogger("xsim")
+
+#: exit codes of both entry points (documented in the README)
+EXIT_OK = 0
+EXIT_PROBLEMS = 1  # the command ran and found problems (``xsim trace check``)
+EXIT_BAD_INPUT = 2  # bad input or usage: one line naming file, rank, node or field
+EXIT_INTERNAL = 3  # a bug in xsim: "please report", the traceback under -v
+EXIT_INTERRUPTED = 130
 
 
 def command_of(argv: list[str] | None) -> str | None:
@@ -68,7 +77,28 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _load_commands(sub, (lambda name: name == command) if lazy else (lambda name: True))
+    _add_global_flags(sub)
     return parser
+
+
+def _add_global_flags(sub: argparse._SubParsersAction) -> None:
+    """-v / -q also after a command name (``xsim replay -q ...``, ``xsim-convert -q kineto ...``).
+
+    Every sub-parser, nested ones included, gets them under their own names; :func:`_global_flags`
+    adds them to the top-level ones."""
+    for parser in {id(p): p for p in sub.choices.values()}.values():
+        parser.add_argument("-v", "--verbose", dest="sub_verbose", action="count", default=argparse.SUPPRESS,
+                            help="more log output (-vv for debug)")
+        parser.add_argument("-q", "--quiet", dest="sub_quiet", action="store_true", default=argparse.SUPPRESS,
+                            help="only errors; no progress bars")
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_global_flags(action)
+
+
+def _global_flags(args: argparse.Namespace) -> None:
+    args.verbose = int(args.verbose) + int(getattr(args, "sub_verbose", 0))
+    args.quiet = bool(args.quiet or getattr(args, "sub_quiet", False))
 
 
 def configure_logging(verbose: int, quiet: bool) -> None:
@@ -81,18 +111,34 @@ def configure_logging(verbose: int, quiet: bool) -> None:
 
 
 def run(argv: list[str] | None, parser: argparse.ArgumentParser) -> int:
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    _global_flags(args)
     configure_logging(args.verbose, args.quiet)
     try:
         return int(args.func(args) or 0)
     except XsimError as exc:
         print(f"xsim: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("xsim: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the one place that turns a bug into exit 3
+        return _internal_error(exc, args.verbose)
+
+
+def _internal_error(exc: BaseException, verbose: int) -> int:
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
+    print(f"xsim: internal error: {type(exc).__name__}: {exc}{at}; this is a bug in xsim, please report it "
+          f"with the command line{'' if verbose else ' and the traceback shown by -v'}", file=sys.stderr)
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def main(argv: list[str] | None = None) -> int:

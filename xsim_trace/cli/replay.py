@@ -60,9 +60,15 @@ def network_for(cluster_spec, backend_name: str):
 
 
 def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False):
-    from xsim_trace.replay import compile_workload, replay_compiled
+    from xsim_trace.replay.api import compile_checked
 
-    workload = compile_workload(traces, comm_groups, drop_missing_deps=drop_missing_deps)
+    workload = compile_checked(traces, comm_groups, drop_missing_deps=drop_missing_deps)
+    return run_compiled(workload, cluster, backend, settings, quiet=quiet)
+
+
+def run_compiled(workload, cluster, backend, settings, *, quiet: bool):
+    from xsim_trace.replay import replay_compiled
+
     with progress_bar(workload.num_nodes, "replay", quiet=quiet) as bar:
         return replay_compiled(workload, backend, settings, cluster=cluster, progress=bar.update)
 
@@ -101,17 +107,18 @@ def _critical_line(summary_path) -> str | None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from xsim_trace.io import read_rank_set
+    from xsim_trace.replay.columnar import compile_rank_files
     from xsim_trace.report import write_reports
 
     settings = settings_from_args(args)
     cluster, backend = network_for(args.cluster, args.backend)
     quiet = getattr(args, "quiet", False)
-    rs = read_rank_set(args.trace)
-    result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=quiet, drop_missing_deps=args.drop_missing_deps)
+    # decoded straight into columns where it can (no per-node objects), else the typed way
+    workload, prefix = compile_rank_files(args.trace, drop_missing_deps=args.drop_missing_deps)
+    result = run_compiled(workload, cluster, backend, settings, quiet=quiet)
     paths = write_reports(
         result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
-        trace=rs.prefix, cluster=str(args.cluster),
+        trace=prefix, cluster=str(args.cluster),
     )
     print_outputs(result, paths)
     return 0

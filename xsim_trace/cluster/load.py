@@ -6,13 +6,11 @@ Every problem is a :class:`~xsim_trace.errors.ConfigError` naming the file and t
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from xsim_trace.cluster.model import (
     Cluster,
@@ -354,14 +352,7 @@ def cluster_to_dict(c: Cluster) -> dict[str, Any]:
 
 
 def read_cluster_file(path: str | Path) -> Cluster:
+    from xsim_trace.io.documents import load_document
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read cluster file: {exc.strerror or exc}", file=p) from exc
-    try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {first}", file=p) from exc
-    return cluster_from_dict(data, file=p)
+    return cluster_from_dict(load_document(p, "cluster file"), file=p)

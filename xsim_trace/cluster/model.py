@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import gbps_to_GBps
 
 
 class IntraKind(enum.Enum):
@@ -46,7 +47,7 @@ class Nic:
 
     @property
     def bw_GBps(self) -> float:
-        return self.nic_gbps / 8.0
+        return gbps_to_GBps(self.nic_gbps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ class GroupLink:
 
     @property
     def bw_GBps(self) -> float:
-        return self.bw_gbps / 8.0
+        return gbps_to_GBps(self.bw_gbps)
 
 
 @dataclass(frozen=True, slots=True, order=True)

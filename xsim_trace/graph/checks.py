@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from xsim_trace.errors import GraphError
+from xsim_trace.graph.bounds import trace_problems
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace
 
@@ -32,6 +33,7 @@ class ProblemKind(enum.Enum):
     MISSING_PEER = "missing-peer"
     COLLECTIVE_MISMATCH = "collective-mismatch"
     GROUP_MEMBERSHIP = "group-membership"
+    OUT_OF_RANGE = "out-of-range"
     GROUP_ID = "group-id"
 
 
@@ -77,7 +79,8 @@ class _Collector:
 
 
 def check_trace(trace: Trace, file: str | None = None) -> list[Problem]:
-    """Duplicate ids, dangling and self dependencies, unknown node types, cycles."""
+    """Duplicate ids, dangling and self dependencies, unknown node types, values out of the engine's
+    range (:mod:`xsim_trace.graph.bounds`), cycles."""
     out = _Collector(file or trace.source, trace.rank)
     seen: dict[int, int] = {}
     for index, node in enumerate(trace.nodes):
@@ -95,6 +98,8 @@ def check_trace(trace: Trace, file: str | None = None) -> list[Problem]:
                     out.add(ProblemKind.SELF_DEP, f"{kind_name} dependency on itself", node.id)
                 elif dep not in seen:
                     out.add(ProblemKind.DANGLING_DEP, f"{kind_name} dependency on node {dep}, which is not in the file", node.id)
+    for node_id, _field, why in trace_problems(trace):
+        out.add(ProblemKind.OUT_OF_RANGE, why, node_id)
     cycle = find_cycle(trace.nodes, seen)
     if cycle:
         path = " -> ".join(str(n) for n in cycle[:12]) + (" -> ..." if len(cycle) > 12 else "")

@@ -6,7 +6,6 @@ ASTRA-sim's ``--comm-group-configuration`` reads.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -83,14 +82,10 @@ def find_rank_files(prefix_or_dir: str | os.PathLike[str]) -> tuple[str, dict[in
 
 
 def read_comm_groups(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    from xsim_trace.io.documents import load_document
+
     name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except FileNotFoundError:
-        raise FormatError("no such comm-group file", file=name) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"not valid JSON ({exc})", file=name) from None
+    raw = load_document(name, "comm-group file", as_json=True, error=FormatError)
     if not isinstance(raw, dict):
         raise FormatError("expected an object {\"<id>\": [ranks...]}", file=name)
     out: dict[str, tuple[int, ...]] = {}

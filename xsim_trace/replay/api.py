@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from xsim_trace.errors import ConfigError
+from xsim_trace.errors import ConfigError, GraphError
+from xsim_trace.graph.bounds import check_bounds
 from xsim_trace.graph.model import Trace
 from xsim_trace.replay.compile import CompiledWorkload, compile_workload
 from xsim_trace.replay.engine import Engine
 from xsim_trace.replay.results import ReplayResult, build_result
 from xsim_trace.replay.settings import ReplaySettings
+
+
+def compile_checked(
+    traces: Mapping[int, Trace],
+    comm_groups: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    drop_missing_deps: bool = False,
+) -> CompiledWorkload:
+    """Check every value against what the engine can represent (:mod:`xsim_trace.graph.bounds`),
+    then compile: the entry point of every replay of traces read from files."""
+    check_bounds(traces)
+    return compile_workload(traces, comm_groups, drop_missing_deps=drop_missing_deps)
 
 
 def replay_compiled(
@@ -32,7 +45,11 @@ def replay_compiled(
             group_of = lambda r: cluster.group_of(r).name  # noqa: E731
         else:
             group_of = cluster.gpu_type
-    raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, progress=progress).run()
+    try:
+        raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, progress=progress).run()
+    except OverflowError as exc:  # the bounds keep times in int64; a backend's own numbers can still overflow
+        raise GraphError(f"simulated time does not fit in 64-bit nanoseconds ({exc}): check the cluster's "
+                         "bandwidths and latencies and the trace's sizes") from None
     return build_result(
         workload, raw, backend=str(getattr(backend, "name", type(backend).__name__)), settings=settings, group_of=group_of
     )
@@ -49,5 +66,5 @@ def replay(
     progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
     """Replay ``{rank: Trace}`` over ``backend`` (a NetworkBackend whose endpoints are the ranks)."""
-    workload = compile_workload(traces, comm_groups)
+    workload = compile_checked(traces, comm_groups)
     return replay_compiled(workload, backend, settings, cluster=cluster, closed_form=closed_form, progress=progress)
