@@ -6,10 +6,11 @@ rendezvous on (src, dst, tag); collectives start when their last member is ready
 per-chunk flows by algorithm (see :mod:`xsim_trace.replay.algorithms`).  Flows go to a
 :class:`~xsim_trace.network.protocol.NetworkBackend`; the engine owns the clock.
 
-When the backend is contention-free and offers ``transfer_time_ns(src, dst, size_bytes)`` over
-numpy arrays, a collective's member finish times are computed in closed form when it starts
-(identical to feeding its flows one by one, since nothing it does can be slowed by other flows);
-otherwise every transfer is a flow.
+When the backend declares ``capabilities.closed_form`` (a
+:class:`~xsim_trace.network.protocol.TransferPricing`: ``transfer_time_ns`` prices a step's
+transfers together), a collective's member finish times are computed in closed form when it starts
+(identical to feeding its flows one by one on a contention-free backend); otherwise every transfer
+is a flow.  A backend declaring ``horizon_hint`` is told the engine's next event on every turn.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from xsim_trace.errors import BackendError, GraphError
 from xsim_trace.graph.kinds import CollectiveType
-from xsim_trace.network.protocol import Flow
+from xsim_trace.network.protocol import Flow, capabilities_of
 from xsim_trace.replay.algorithms import Schedule, build_schedule
 from xsim_trace.replay.compile import K_COLL, K_RECV, K_SEND, K_TIMED, CompiledWorkload
 from xsim_trace.replay.settings import ReplaySettings
@@ -137,18 +138,9 @@ class _CollRun:
         self.fin = [0] * len(members)
 
 
-#: backends known to be contention-free when they do not say so with ``contention_free``
-CONTENTION_FREE_BACKENDS = ("analytical",)
-
-
 def is_contention_free(backend) -> bool:
-    """True if flows on ``backend`` never slow each other and it can time one transfer alone
-    (``transfer_time_ns(src, dst, size)`` over arrays, or ``transfer_ns(src, dst, size)``)."""
-    flag = getattr(backend, "contention_free", None)
-    if flag is None:
-        flag = getattr(backend, "name", None) in CONTENTION_FREE_BACKENDS
-    timing = callable(getattr(backend, "transfer_time_ns", None)) or callable(getattr(backend, "transfer_ns", None))
-    return bool(flag) and timing
+    """True if ``backend`` declares ``closed_form``: collectives may be priced in closed form."""
+    return capabilities_of(backend).closed_form
 
 
 def chunk_sizes(size_bytes: int, chunks: int) -> list[int]:
@@ -196,7 +188,6 @@ class Engine:
         self.progress = progress
         self._sched_cache: dict[tuple, list] = {}
         self._times_memo: dict[bytes, np.ndarray] = {}
-        self._pair_memo: dict[tuple[int, int, int], int] = {}
 
     # -- schedules ------------------------------------------------------------------------------
     def _schedule(self, inst, chunk_bytes: int, want_plan: bool):
@@ -221,20 +212,7 @@ class Engine:
         hit = self._times_memo.get(key)
         if hit is not None:
             return hit
-        vec = getattr(self.backend, "transfer_time_ns", None)
-        if callable(vec):
-            out = np.asarray(vec(src, dst, size), np.int64)
-        else:
-            scalar = self.backend.transfer_ns
-            memo = self._pair_memo
-            vals = []
-            for a, b, c in zip(src.tolist(), dst.tolist(), size.tolist()):
-                k = (a, b, c)
-                v = memo.get(k)
-                if v is None:
-                    v = memo[k] = int(scalar(a, b, c))
-                vals.append(v)
-            out = np.asarray(vals, np.int64)
+        out = np.asarray(self.backend.transfer_time_ns(src, dst, size), np.int64)
         self._times_memo[key] = out
         return out
 
@@ -564,7 +542,7 @@ class Engine:
         guard = 0
         # a backend that accepts the horizon hint (ns3) is told, on every turn, that no flow starts
         # before the engine's next event; its answer depends on that horizon, so it is not cached
-        hint = bool(getattr(backend, "accepts_horizon", False))
+        hint = capabilities_of(backend).horizon_hint
         while True:
             if flow_cb or coll_cb:
                 if hint:
