@@ -14,9 +14,11 @@ system / network split read):
 - :mod:`~xsim_trace.replay.flow_port`: flows go to a
   :class:`~xsim_trace.network.protocol.NetworkBackend`; the engine owns the clock.
 
-When the backend is contention-free and can time one transfer alone, a collective's member finish
-times are computed in closed form when it starts (identical to feeding its flows one by one, since
-nothing it does can be slowed by other flows); otherwise every transfer is a flow.
+When the backend declares ``capabilities.closed_form`` (a
+:class:`~xsim_trace.network.protocol.TransferPricing`: ``transfer_time_ns`` prices a step's transfers
+together), a collective's member finish times are computed in closed form when it starts (identical
+to feeding its flows one by one on a contention-free backend); otherwise every transfer is a flow.
+A backend declaring ``horizon_hint`` is told the engine's next event on every turn.
 """
 
 from __future__ import annotations
