@@ -38,6 +38,7 @@ def make_backend(name: str, cluster: Any) -> Any:
 
 def engine_runner(cluster: Any, backend: str = "analytical", settings: Any = None):
     """A ``run(traces, comm_groups)`` for :func:`simulate` over the replay engine."""
+    from xsim_trace.network.protocol import close_backend
     from xsim_trace.replay.api import replay
 
     def run(traces: Mapping[int, Trace], comm_groups):
@@ -45,9 +46,7 @@ def engine_runner(cluster: Any, backend: str = "analytical", settings: Any = Non
         try:
             result = replay(traces, be, settings, comm_groups=comm_groups, cluster=cluster)
         finally:
-            close = getattr(be, "close", None)
-            if callable(close):
-                close()
+            close_backend(be)
         return (np.asarray(result.workload.rank_ptr), np.asarray(result.times.start_ns),
                 np.asarray(result.times.end_ns))
 
