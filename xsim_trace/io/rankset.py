@@ -42,12 +42,12 @@ class RankSet:
         return len(self.traces)
 
 
-def find_rank_files(prefix_or_dir: str | os.PathLike[str]) -> tuple[str, dict[int, Path]]:
+def find_rank_files(prefix_or_dir: str | os.PathLike[str], *, partial: bool = False) -> tuple[str, dict[int, Path]]:
     """Resolve a prefix (``out/dlrm`` for ``out/dlrm.0.et`` ...), a directory holding one rank set,
     or a single rank file, to ``(prefix, {rank: path})``.
 
-    Raises FormatError when nothing matches, when a directory holds several prefixes, or when ranks
-    are missing from 0..N-1.
+    Raises FormatError when nothing matches, when a directory holds several prefixes, or (unless
+    ``partial``) when ranks are missing from 0..N-1.
     """
     p = Path(prefix_or_dir)
     recover(p if p.is_dir() else p.parent)  # finish or undo an interrupted write of a set here
@@ -80,7 +80,7 @@ def find_rank_files(prefix_or_dir: str | os.PathLike[str]) -> tuple[str, dict[in
         if not files:
             raise FormatError("no rank files <prefix>.<rank>.et found", file=prefix)
     missing = sorted(set(range(max(files) + 1)) - set(files))
-    if missing:
+    if missing and not partial:
         shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
         raise FormatError(f"rank files missing for rank(s) {shown}", file=prefix, rank=missing[0])
     return prefix, dict(sorted(files.items()))
@@ -105,9 +105,12 @@ def read_rank_set(
     prefix_or_dir: str | os.PathLike[str],
     progress: Progress | None = None,
     on_rank: Callable[[int, Path], None] | None = None,
+    *,
+    partial: bool = False,
 ) -> RankSet:
-    """Read every ``<prefix>.<rank>.et`` and the comm-group JSON if present."""
-    prefix, files = find_rank_files(prefix_or_dir)
+    """Read every ``<prefix>.<rank>.et`` and the comm-group JSON if present (``partial``: ranks may
+    be missing)."""
+    prefix, files = find_rank_files(prefix_or_dir, partial=partial)
     traces: dict[int, Trace] = {}
     for rank, path in files.items():
         if on_rank is not None:
