@@ -115,3 +115,25 @@ def test_columns_of_the_bundled_sample_are_in_bounds():
     if cols is None:
         pytest.skip("the numba column decoder is not available")
     assert columns_in_bounds(cols)
+
+
+def test_dangling_dependency_error_names_the_flag(tmp_path):
+    from dataclasses import replace
+
+    from xsim_trace.replay.compile import compile_workload
+
+    traces = allreduce_traces()
+    node = traces[0].nodes[1]
+    traces[0] = replace(traces[0], nodes=(traces[0].nodes[0], replace(node, data_deps=(99,))))
+    with pytest.raises(GraphError, match="--drop-missing-deps"):
+        compile_workload(traces, {"0": (0, 1)})
+
+
+def test_ns3_missing_message_says_it_once(monkeypatch):
+    from xsim_trace.errors import BackendError
+    from xsim_trace.network import ns3_backend
+
+    monkeypatch.setattr(ns3_backend, "ns3_unusable_reason", lambda: ns3_backend.NOT_INSTALLED)
+    with pytest.raises(BackendError) as info:
+        ns3_backend.Ns3Backend(None)
+    assert str(info.value).count("pip install") == 1
