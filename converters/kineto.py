@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -677,7 +678,9 @@ def _infer_stream_waits(gpu: list[Event], gpu_node: dict[int, GNode], runtime_by
 
 
 def _int_tid(tid: Any) -> int:
-    return tid if isinstance(tid, int) and not isinstance(tid, bool) else abs(hash(str(tid))) % (1 << 31)
+    """The ``tid`` attribute of a host thread: its id, or for a named thread a stable number from the
+    name (crc32: Python's string hash changes from run to run, which made outputs differ)."""
+    return tid if isinstance(tid, int) and not isinstance(tid, bool) else zlib.crc32(str(tid).encode()) % (1 << 31)
 
 
 def _comm_name(info: nccl.CommInfo, kernel: str) -> str:
