@@ -86,11 +86,23 @@ def test_output_errors_are_one_line(tmp_path, capsys):
     blocker.write_text("x")
     prefix = write_allreduce(tmp_path)
     args = ["-q", "replay", prefix, "--cluster", "dgx-h100:1", "--no-plot", "--no-timeline", "--out"]
-    assert main([*args, str(blocker)]) == 2
-    assert "exists and is not a folder" in capsys.readouterr().err
     (tmp_path / "o" / "summary.json").mkdir(parents=True)
-    assert main([*args, str(tmp_path / "o")]) == 2
-    assert "a folder has this name" in capsys.readouterr().err
+    for out in (blocker, tmp_path / "o"):
+        assert main([*args, str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("xsim: error: file ") and "Traceback" not in err[0], err
+
+
+def test_atomic_write_errors_are_output_errors(tmp_path):
+    from xsim_trace.errors import OutputError
+    from xsim_trace.io import atomic_write
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    for target in (tmp_path / "file" / "a.json", tmp_path / "dir"):
+        with pytest.raises(OutputError):
+            with atomic_write(target) as handle:
+                handle.write("{}")
 
 
 @pytest.mark.parametrize("columnar", [True, False])

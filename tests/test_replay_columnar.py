@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xsim_trace.replay.api import compile_checked
+
 pytest.importorskip("numba")
 
 from xsim_trace.errors import GraphError  # noqa: E402
@@ -70,17 +72,17 @@ def odd_rank(rank: int) -> Trace:
         Node(id=11, name="host", type=NodeType.COMP, ctrl_deps=(10, 10), data_deps=(10,), duration_micros=2,
              attrs=(A("is_cpu_op", K.INT32, 1), A("tid", K.FIXED64, 9))),
         Node(id=12, name="neg stream", type=NodeType.COMP, data_deps=(11,), duration_micros=1,
-             attrs=(A("stream", K.INT32, -2), A("stream", K.SFIXED32, -3))),
+             attrs=(A("stream", K.SFIXED32, -3),)),
         Node(id=13, name="send", type=NodeType.COMM_SEND, data_deps=(12,),
              attrs=(A("comm_dst", K.SFIXED64, other), A("comm_src", K.INT32, rank), A("comm_tag", K.FIXED32, 5),
                     A("comm_size", K.INT64, 4096), A("comm_kind", K.STRING, "PP", doc="a doc"))),
         Node(id=14, name="recv", type=NodeType.COMM_RECV, ctrl_deps=(12,),
              attrs=(A("comm_src", K.UINT32, other), A("comm_tag", K.SINT32, 5), A("comm_size", K.UINT64, 4096),
-                    A("stream", K.NONE, None))),
+                    A("tid", K.INT64, 4))),
         Node(id=15, name="ar", type=NodeType.COMM_COLL, data_deps=(13, 14), ctrl_deps=(13,),
              attrs=(A("comm_type", K.INT64, int(CollectiveType.ALL_REDUCE)), A("comm_size", K.INT64, 1 << 20),
                     A("pg_name", K.STRING, "7"), A("ring_order", K.INT64_LIST, (1, 0)), A("comm_kind", K.STRING, "dp"),
-                    A("stream", K.BOOL, True))),
+                    A("stream", K.UINT32, 1))),
         Node(id=16, name="bc", type=NodeType.COMM_COLL, data_deps=(15,),
              attrs=(A("comm_type", K.INT32, int(CollectiveType.BROADCAST)), A("comm_size", K.INT64, 64),
                     A("comm_root", K.INT32, 1), A("pg_name", K.NONE, None))),
@@ -104,8 +106,9 @@ def write_set(tmp_path, traces, groups, gz=False):
 def test_odd_encodings_compile_the_same(tmp_path, gz):
     prefix = write_set(tmp_path, {r: odd_rank(r) for r in (0, 1)}, {"7": [0, 1]}, gz)
     assert read_columns(f"{prefix}.0.et{'.gz' if gz else ''}") is not None  # the fast path took it
-    with pytest.raises(GraphError) as typed_err:
-        both(prefix)  # node 17 depends on 99: an error, worded by the typed path either way
+    with pytest.raises(GraphError) as typed_err:  # replay's typed entry point checks bounds first
+        rs = read_rank_set(prefix)
+        compile_checked(rs.traces, rs.comm_groups)
     with pytest.raises(GraphError) as fast_err:
         compile_rank_files(prefix, columnar=True)
     assert str(typed_err.value) == str(fast_err.value)
@@ -154,3 +157,27 @@ def test_gzip_reads_the_same(tmp_path):
     Path(f"{prefix}.0.et.gz").write_bytes(gzip.compress(raw))
     a = read_columns(f"{prefix}.0.et.gz")
     assert a is not None and a.node_id.tolist() == list(range(10, 19))
+
+
+@pytest.mark.parametrize("attrs", [
+    (A("stream", AttrKind.INT32, -2), A("stream", AttrKind.SFIXED32, -3)),  # twice: first or last wins?
+    (A("stream", AttrKind.NONE, None),),  # no value: a bounds error
+    (A("stream", AttrKind.BOOL, True),),  # a bool for a number: a bounds error
+    (A("duration_ns", AttrKind.DOUBLE, 5.0),),  # a float: the typed path decides
+])
+def test_what_the_fast_decoder_leaves_to_the_typed_path(tmp_path, attrs):
+    node = Node(id=1, name="x", type=NodeType.COMP, duration_micros=1, attrs=attrs)
+    write_et(tmp_path / "one.0.et", Trace(make_metadata(), (node,), rank=0))
+    assert read_columns(tmp_path / "one.0.et") is None
+
+
+def test_out_of_bounds_values_get_the_typed_error(tmp_path):
+    node = Node(id=1, name="x", type=NodeType.COMM_SEND, attrs=(A("comm_dst", AttrKind.INT64, 1 << 40),))
+    write_et(tmp_path / "one.0.et", Trace(make_metadata(), (node,), rank=0))
+    assert read_columns(tmp_path / "one.0.et") is not None
+    rs = read_rank_set(tmp_path / "one")
+    with pytest.raises(GraphError) as typed_err:
+        compile_checked(rs.traces, rs.comm_groups)
+    with pytest.raises(GraphError) as fast_err:
+        compile_rank_files(tmp_path / "one", columnar=True)
+    assert str(typed_err.value) == str(fast_err.value) and "comm_dst" in str(fast_err.value)

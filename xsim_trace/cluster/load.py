@@ -21,12 +21,15 @@ from xsim_trace.cluster.model import (
     GroupLink,
     IntraKind,
     IntraNode,
+    NcclTuning,
     Nic,
 )
 from xsim_trace.errors import ConfigError
 
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
-_GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric"}
+_GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
+_NCCL_KEYS = {"net", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "net_latency_us"}
+_NET_KINDS = ("ib", "roce", "ethernet")
 _INTRA_KEYS = {"kind", "bw_GBps", "latency_ns", "mesh"}
 _NIC_KEYS = {"count", "nic_gbps", "latency_ns"}
 _FABRIC_KEYS = {"kind", "latency_ns", "oversubscription", "nics_per_leaf", "spines"}
@@ -197,6 +200,46 @@ def _fabric(ctx: _Ctx, raw: Any, f: str, base: Fabric | None = None) -> Fabric:
     )
 
 
+def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
+    d = ctx.mapping(raw, f, _NCCL_KEYS)
+    net = str(d.get("net", "ib")).strip().lower()
+    if net not in _NET_KINDS:
+        raise ctx.err(f + ".net", f"expected one of {', '.join(_NET_KINDS)}, found {d.get('net')!r}")
+
+    def flag(key: str) -> bool | None:
+        v = d.get(key)
+        if v is not None and not isinstance(v, bool):
+            raise ctx.err(f"{f}.{key}", f"expected true or false, found {v!r}")
+        return v
+
+    def bw(key: str) -> float | None:
+        return None if d.get(key) is None else ctx.number(d[key], f"{f}.{key}", positive=True)
+
+    nlat = d.get("net_latency_us")
+    return NcclTuning(
+        net=net,
+        nvls=flag("nvls"),
+        collnet=bool(flag("collnet")),
+        intra_bw_GBps=bw("intra_bw_GBps"),
+        net_bw_GBps=bw("net_bw_GBps"),
+        nvls_bw_GBps=bw("nvls_bw_GBps"),
+        latency_us=ctx.number(d.get("latency_us", 0.0), f + ".latency_us", minimum=None),
+        net_latency_us=None if nlat is None else ctx.number(nlat, f + ".net_latency_us"),
+    )
+
+
+def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
+    out: dict[str, Any] = {"net": t.net}
+    for key in ("nvls", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "net_latency_us"):
+        if getattr(t, key) is not None:
+            out[key] = getattr(t, key)
+    if t.collnet:
+        out["collnet"] = True
+    if t.latency_us:
+        out["latency_us"] = t.latency_us
+    return out
+
+
 #: the GPU type of network-only clusters (``single_switch``): no device specs, no compute scaling
 GENERIC_GPU = "generic"
 
@@ -253,7 +296,8 @@ def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
         raise ctx.err(f + ".nic.count", f"rail-only needs devices_per_node ({dpn}) divisible by the NIC count, found {nic.count}")
     if nic is None and count // dpn > 1:
         raise ctx.err(f + ".nic", f"expected NICs (count, nic_gbps) for a group of {count // dpn} nodes, found nothing")
-    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric)
+    nccl = _nccl(ctx, d["nccl"], f + ".nccl") if d.get("nccl") is not None else NcclTuning()
+    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric, nccl)
 
 
 def _parse_pos(ctx: _Ctx, e: Any, f: str, names: list[str]) -> DevicePos:
@@ -385,6 +429,8 @@ def cluster_to_dict(c: Cluster) -> dict[str, Any]:
             gd["intra_node"]["mesh"] = [list(m) for m in g.intra.mesh]
         if g.nic is not None:
             gd["nic"] = {"count": g.nic.count, "nic_gbps": g.nic.nic_gbps, "latency_ns": g.nic.latency_ns}
+        if g.nccl != NcclTuning():
+            gd["nccl"] = nccl_tuning_to_dict(g.nccl)
         groups.append(gd)
     out: dict[str, Any] = {"name": c.name, "groups": groups}
     if c.links:

@@ -23,6 +23,7 @@ LIST_ATTR = "ring_order"
 _ALL = INT_ATTRS + STR_ATTRS + (LIST_ATTR,)
 N_INT = len(INT_ATTRS)
 N_STR = len(STR_ATTRS)
+IS_CPU_OP = INT_ATTRS.index("is_cpu_op")
 
 OK, BAD_FRAME, BAD_WIRE, ODD_VALUE, NO_METADATA = 0, 1, 2, 3, 4
 
@@ -96,8 +97,10 @@ def _fixed(buf, pos, nbytes):
 
 
 @njit(cache=True, nogil=True)
-def _attr(buf, pos, end, names, noffs, ivals, ihas, soff, slen, loff, llen, i):
-    """Decode one AttributeProto in buf[pos:end] into node i's columns; returns a status."""
+def _attr(buf, pos, end, names, noffs):
+    """Decode one AttributeProto in buf[pos:end]: (status, wanted index or -1, has value, int value,
+    string offset, string length).  Returns scalars only: numba passes arrays between compiled
+    functions with reference counting, which would cost more than the decoding."""
     name_off = -1
     name_len = 0
     vfield = 0  # the oneof member seen last (0: none)
@@ -107,39 +110,42 @@ def _attr(buf, pos, end, names, noffs, ivals, ihas, soff, slen, loff, llen, i):
     while p < end:
         key, p = _varint(buf, p, end)
         if p < 0:
-            return BAD_WIRE
+            return BAD_WIRE, -1, 0, 0, 0, 0
         field = key >> 3
         wt = key & 7
         if field == 1 and wt == 2:
             n, p2 = _varint(buf, p, end)
             if p2 < 0 or n < 0 or p2 + n > end:
-                return BAD_WIRE
+                return BAD_WIRE, -1, 0, 0, 0, 0
             name_off = p2
             name_len = n
             p = p2 + n
             continue
         q = _skip(buf, p, end, wt)
         if q < 0:
-            return BAD_WIRE
+            return BAD_WIRE, -1, 0, 0, 0, 0
         if 3 <= field <= 32:
             vfield = field
             vpos = p
             vwt = wt
         p = q
     if name_off < 0:
-        k = _match(buf, 0, 0, names, noffs)  # an empty name matches nothing wanted
-    else:
-        k = _match(buf, name_off, name_len, names, noffs)
+        return OK, -1, 0, 0, 0, 0
+    k = _match(buf, name_off, name_len, names, noffs)
     if k < 0:
-        return OK
+        return OK, -1, 0, 0, 0, 0
+    if vfield == 0:  # no value: absent for is_cpu_op and the strings; a bounds error elsewhere
+        if k == IS_CPU_OP or (k >= N_INT and k < N_INT + N_STR):
+            return OK, k, 0, 0, 0, 0
+        return ODD_VALUE, k, 0, 0, 0, 0
+    if vfield == 27 and k != IS_CPU_OP:  # a bool where a number belongs: the bounds check words it
+        return ODD_VALUE, k, 0, 0, 0, 0
     if k < N_INT:
-        if vfield == 0:
-            ihas[i, k] = 0
-            return OK
+        v = np.int64(0)
         if vfield in (7, 9, 11, 13, 27) and vwt == 0:
             v, _ = _varint(buf, vpos, end)
             if vfield == 13 and v < 0:
-                return ODD_VALUE
+                return ODD_VALUE, k, 0, 0, 0, 0
             if vfield == 7 or vfield == 11:  # 32-bit: protobuf keeps the low 32 bits
                 v32 = v & 0xFFFFFFFF
                 if vfield == 7 and v32 >= 0x80000000:
@@ -158,31 +164,18 @@ def _attr(buf, pos, end, names, noffs, ivals, ihas, soff, slen, loff, llen, i):
             if vfield == 23 and v >= 0x80000000:
                 v -= 0x100000000
         elif vfield in (21, 25) and vwt == 1:
-            uu = _fixed(buf, vpos, 8)
-            v = np.int64(uu)
+            v = np.int64(_fixed(buf, vpos, 8))
             if vfield == 21 and v < 0:
-                return ODD_VALUE
+                return ODD_VALUE, k, 0, 0, 0, 0
         else:
-            return ODD_VALUE
-        ivals[i, k] = v
-        ihas[i, k] = 1
-        return OK
+            return ODD_VALUE, k, 0, 0, 0, 0
+        return OK, k, 1, v, 0, 0
     if k < N_INT + N_STR:
-        s = k - N_INT
-        if vfield == 0:
-            soff[i, s] = -1
-            slen[i, s] = 0
-            return OK
         if vfield != 29 or vwt != 2:
-            return ODD_VALUE
+            return ODD_VALUE, k, 0, 0, 0, 0
         n, p2 = _varint(buf, vpos, end)
-        soff[i, s] = p2
-        slen[i, s] = n
-        return OK
-    # ring_order: the caller decodes the whole AttributeProto
-    loff[i] = pos
-    llen[i] = end - pos
-    return OK
+        return OK, k, 1, 0, p2, n
+    return OK, k, 1, 0, pos, end - pos  # ring_order: the caller decodes the whole AttributeProto
 
 
 @njit(cache=True, nogil=True)
@@ -230,6 +223,7 @@ def decode_nodes(buf, names, noffs, node_id, ntype, dur_us, name_off, name_len, 
             soff[i, k] = -1
             slen[i, k] = 0
         dep_ptr[i] = nd
+        seen = np.int64(0)
         # two walks: data deps (field 5) first, then ctrl deps (4), as the typed path lists them
         for want in (5, 4):
             p = pos
@@ -301,9 +295,23 @@ def decode_nodes(buf, names, noffs, node_id, ntype, dur_us, name_off, name_len, 
                     n, p2 = _varint(buf, p, rec_end)
                     if p2 < 0 or n < 0 or p2 + n > rec_end:
                         return BAD_WIRE, deps[:0]
-                    st = _attr(buf, p2, p2 + n, names, noffs, ivals, ihas, soff, slen, loff, llen, i)
+                    st, k, has, v, so, sl = _attr(buf, p2, p2 + n, names, noffs)
                     if st != OK:
                         return st, deps[:0]
+                    if k >= 0:  # a wanted attribute twice: readers differ on which wins, so leave it
+                        bit = np.int64(1) << k
+                        if seen & bit:
+                            return ODD_VALUE, deps[:0]
+                        seen |= bit
+                    if k >= 0 and k < N_INT:
+                        ihas[i, k] = has
+                        ivals[i, k] = v
+                    elif k >= N_INT and k < N_INT + N_STR:
+                        soff[i, k - N_INT] = so if has else -1
+                        slen[i, k - N_INT] = sl
+                    elif k >= 0:
+                        loff[i] = so if has else -1
+                        llen[i] = sl
                     p = p2 + n
                 else:
                     q = _skip(buf, p, rec_end, wt)

@@ -16,8 +16,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from xsim_trace.graph.bounds import check_bounds, columns_in_bounds
 from xsim_trace.errors import GraphError
+from xsim_trace.graph.bounds import check_bounds, columns_in_bounds
+from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import NS_PER_US
 from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns
@@ -80,8 +81,10 @@ def compile_rank_files(
                 return compile_columns(cols, groups, drop_missing_deps=drop_missing_deps), prefix
             except _Unsupported as why:
                 log.debug("columnar compile declined (%s); compiling the typed traces", why)
+            except GraphError:
+                log.debug("columnar compile refused the set; the typed path words the error")
     rs = read_rank_set(prefix)
-    check_bounds(rs.traces)
+    check_bounds(rs.traces)  # the typed path refuses what the engine cannot represent (graph/bounds.py)
     return compile_workload(rs.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), prefix
 
 
@@ -142,7 +145,35 @@ def compile_columns(
     )
 
 
+def _check_bounds(c: NodeColumns) -> None:
+    """Refuse (to the typed path, which words the error) what graph.bounds.check_bounds refuses."""
+    from xsim_trace.graph import bounds as B  # noqa: PLC0415
+
+    for name, rule in B.INT_FIELDS.items():
+        v, has = c.int_attr(name)
+        if np.any(has & ((v < rule.lo) | (v > rule.hi))):
+            raise _Unsupported(f"{name} out of bounds")
+    for ring in c.ring_order.values():
+        if any(not 0 <= x <= B.MAX_RANK for x in ring):
+            raise _Unsupported("ring_order out of bounds")
+    dur, has_dur = c.int_attr(A.DURATION_NS)
+    if np.any(~has_dur & (c.duration_micros > B.MAX_DURATION_MICROS)):
+        raise _Unsupported("duration_micros out of bounds")
+    total = _exact_sum(np.where(has_dur, dur, c.duration_micros * NS_PER_US))
+    size, _ = c.int_attr(A.COMM_SIZE)
+    t = c.node_type
+    comm = (t == _SEND) | (t == _RECV) | (t == _COLL)
+    if total > B.MAX_TOTAL_NS or _exact_sum(np.where(comm, size, 0)) > B.MAX_TOTAL_BYTES:
+        raise _Unsupported("totals out of bounds")
+
+
+def _exact_sum(v: np.ndarray) -> int:
+    """Sum of non-negative values below 2**53 without int64 overflow."""
+    return int(np.sum(v >> 20)) * (1 << 20) + int(np.sum(v & ((1 << 20) - 1)))
+
+
 def _rank_part(rank: int, c: NodeColumns, base: int, num_ranks: int, drop_missing: bool) -> dict:
+    _check_bounds(c)
     n = len(c)
     ids = c.node_id
     if len(np.unique(ids)) != n:

@@ -14,9 +14,11 @@ system / network split read):
 - :mod:`~xsim_trace.replay.flow_port`: flows go to a
   :class:`~xsim_trace.network.protocol.NetworkBackend`; the engine owns the clock.
 
-When the backend is contention-free and can time one transfer alone, a collective's member finish
-times are computed in closed form when it starts (identical to feeding its flows one by one, since
-nothing it does can be slowed by other flows); otherwise every transfer is a flow.
+When the backend declares ``capabilities.closed_form`` (a
+:class:`~xsim_trace.network.protocol.TransferPricing`: ``transfer_time_ns`` prices a step's transfers
+together), a collective's member finish times are computed in closed form when it starts (identical
+to feeding its flows one by one on a contention-free backend); otherwise every transfer is a flow.
+A backend declaring ``horizon_hint`` is told the engine's next event on every turn.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from xsim_trace.replay.collective_pricing import (
     is_contention_free,
 )
 from xsim_trace.replay.collectives import Collectives
+from xsim_trace.replay.compiled_loop import kernel as compiled_kernel
+from xsim_trace.replay.compiled_loop import run_compiled
 from xsim_trace.replay.compile import K_COLL, K_RECV, K_SEND, CompiledWorkload
 from xsim_trace.replay.events import EventQueue
 from xsim_trace.replay.flow_port import NO_HORIZON_NS, FlowPort, make_flow
@@ -55,6 +59,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: from this many nodes on, the closed-form path runs compiled by default (``Engine(compiled=)``)
+COMPILED_MIN_NODES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,7 @@ class Engine:
         closed_form: bool | None = None,
         pricer: CollectivePricer | None = None,
         progress: Callable[[int], None] | None = None,
+        compiled: bool | None = None,
     ) -> None:
         self.w = workload
         self.backend = backend
@@ -104,8 +112,20 @@ class Engine:
         self.progress = progress
         self.schedules = ScheduleCache(workload, backend, self.settings, self.node_of)
         self.pricer = (pricer or ScheduleWalkPricer(self.schedules, self.settings)) if self.closed_form else None
+        self.compiled = self._compiled_applies(compiled)
+
+    def _compiled_applies(self, wanted: bool | None) -> bool:
+        """The compiled loop runs the closed-form path only (contention-free backend); by default
+        from :data:`COMPILED_MIN_NODES` nodes on, below which loading it costs more than it saves."""
+        if wanted is False or not self.closed_form:
+            return False
+        if wanted is None and self.w.num_nodes < COMPILED_MIN_NODES:
+            return False
+        return compiled_kernel() is not None
 
     def run(self) -> RawTimes:
+        if self.compiled:
+            return self._run_compiled()
         w = self.w
         times = NodeTimes(w.num_nodes)
         queue = EventQueue()
@@ -129,6 +149,14 @@ class Engine:
             peer_node=np.asarray(times.peer, np.int64),
             stats=EngineStats(events=events, flows=port.flows, collectives=colls.started, closed_form_collectives=colls.priced),
         )
+
+    def _run_compiled(self) -> RawTimes:
+        t, stats = run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress)
+        times = NodeTimes(0)
+        times.ready, times.start, times.end, times.wait, times.peer = t
+        if stats.pop("finished") != self.w.num_nodes:
+            self._deadlock(times)
+        return RawTimes(ready_ns=t[0], start_ns=t[1], end_ns=t[2], wait_ns=t[3], peer_node=t[4], stats=EngineStats(**stats))
 
     def _deadlock(self, times: NodeTimes) -> None:
         w = self.w
