@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hardening_helpers import ET_CRASHES, P2P_CRASHES, allreduce_traces, write_allreduce, write_p2p
+from xsim_trace.graph.kinds import AttrKind
 from xsim_trace.cli.main import main
 from xsim_trace.errors import GraphError
 from xsim_trace.graph.bounds import check_bounds
@@ -149,3 +150,18 @@ def test_ns3_missing_message_says_it_once(monkeypatch):
     with pytest.raises(BackendError) as info:
         ns3_backend.Ns3Backend(None)
     assert str(info.value).count("pip install") == 1
+
+
+@pytest.mark.parametrize("override,words", [
+    ({"comm_root": (AttrKind.INT64, 5), "comm_type": (AttrKind.INT64, 5)}, "comm_root 5 is not a member"),
+    ({"ring_order": (AttrKind.INT64_LIST, [0, 3])}, "is not an ordering"),
+])
+def test_check_reports_roles_replay_refuses(override, words, tmp_path, capsys):
+    from xsim_trace.io import write_rank_set
+
+    prefix = str(tmp_path / "run")
+    write_rank_set(prefix, allreduce_traces(on_ranks=(0, 1), **override), {})
+    assert main(["-q", "trace", "check", prefix]) == 1
+    assert words in capsys.readouterr().out
+    assert _replay(prefix, tmp_path) == 2
+    assert words in capsys.readouterr().err
