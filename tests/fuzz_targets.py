@@ -166,9 +166,12 @@ def run_kineto(folder: Path, name: str, data: bytes) -> None:
     sources = resolve_inputs(path)
     conv = convert_kineto(read_ranks(sources))
     write_rank_set(str(folder / "out"), conv.traces, conv.comm_groups)
+    from xsim_trace.validate.measured import measure_capture
+
     read_header(sources[0])
     for _ in iter_events(sources[0]):
         pass
+    measure_capture(sources[0])
 
 
 def run_pytorch_et(folder: Path, name: str, data: bytes) -> None:
