@@ -169,7 +169,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     partial = _partial_rank_set(args.trace)
     if partial is not None:
-        workload, prefix = _compile_completed(args.trace, args.absent_peers, args.drop_missing_deps, quiet)
+        workload, prefix = _compile_completed(args, cluster, quiet)
     elif _needs_retarget(args.trace, cluster, retarget=args.retarget):
         rs = read_rank_set(args.trace)
         traces = check_or_retarget(rs.traces, cluster, retarget=True, cluster_name=str(args.cluster))
@@ -201,16 +201,17 @@ def _partial_rank_set(trace: str) -> tuple[int, ...] | None:
     return tuple(files) if len(files) < world else None
 
 
-def _compile_completed(trace: str, mode: str, drop_missing_deps: bool, quiet: bool):
-    """A partial rank set completed with modelled peers (:mod:`xsim_trace.replay.absent`), compiled;
-    what was modelled is said on stderr."""
+def _compile_completed(args: argparse.Namespace, cluster, quiet: bool):
+    """A partial rank set (device-checked, or retargeted) completed with modelled peers
+    (:mod:`xsim_trace.replay.absent`), compiled; what was modelled is said on stderr."""
     from converters.crossrank import alltoall_schedule
     from xsim_trace.io import read_rank_set
     from xsim_trace.replay.absent import AbsentPeers, complete_rank_set
     from xsim_trace.replay.api import compile_checked
 
-    rs = read_rank_set(trace, partial=True)
-    done = complete_rank_set(rs.traces, rs.comm_groups, AbsentPeers(mode), alltoall_order=alltoall_schedule)
+    rs = read_rank_set(args.trace, partial=True)
+    traces = check_or_retarget(rs.traces, cluster, retarget=args.retarget, cluster_name=str(args.cluster))
+    done = complete_rank_set(traces, rs.comm_groups, AbsentPeers(args.absent_peers), alltoall_order=alltoall_schedule)
     for note in done.notes if not quiet else ():
         print(f"xsim: note: {note}", file=sys.stderr)
-    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), rs.prefix
+    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix
