@@ -124,8 +124,9 @@ def read_columns(path: str | os.PathLike[str]) -> NodeColumns | None:
     loff = np.empty(n, np.int64)
     llen = np.empty(n, np.int64)
     dep_ptr = np.empty(n + 1, np.int64)
-    status, deps = k.decode_nodes(buf, wn, wo, node_id, ntype, dur, name_off, name_len, ivals, ihas, soff, slen,
-                                  loff, llen, dep_ptr, max(16, 2 * n))
+    deps = np.empty(len(data), np.int64)
+    status, nd = k.decode_nodes(buf, wn, wo, node_id, ntype, dur, name_off, name_len, ivals, ihas, soff, slen,
+                                loff, llen, dep_ptr, deps, np.empty(len(data), np.int64))
     if status != k.OK:
         log.debug("%s: fast decoder status %d, reading it the typed way", name, status)
         return None
@@ -136,7 +137,7 @@ def read_columns(path: str | os.PathLike[str]) -> NodeColumns | None:
     except (UnicodeDecodeError, ValueError):
         return None
     return NodeColumns(source=name, node_id=node_id, node_type=ntype, duration_micros=dur, names=names,
-                       dep_ptr=dep_ptr, deps=deps.copy(), ivals=ivals, ihas=ihas,
+                       dep_ptr=dep_ptr, deps=deps[:nd].copy(), ivals=ivals, ihas=ihas,
                        pg_name=strs[0], comm_kind=strs[1], ring_order=rings)
 
 
