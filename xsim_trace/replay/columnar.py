@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from xsim_trace.graph.bounds import check_bounds
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import NS_PER_US
-from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns
+from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns_many
 from xsim_trace.io.rankset import COMM_GROUPS_SUFFIX, find_rank_files, read_comm_groups, read_rank_set
 from xsim_trace.replay.compile import (
     _KIND_INDEX,
@@ -57,7 +57,6 @@ def compile_rank_files(
     *,
     drop_missing_deps: bool = False,
     columnar: bool | None = None,
-    on_rank: Callable[[int], None] | None = None,
 ) -> tuple[CompiledWorkload, str]:
     """``(workload, prefix)`` of a rank set on disk, decoded column-wise where possible.
 
@@ -68,15 +67,8 @@ def compile_rank_files(
     if columnar is None:
         columnar = sum(os.path.getsize(p) for p in files.values()) >= COLUMNAR_MIN_BYTES
     if columnar:
-        cols: dict[int, NodeColumns] = {}
-        for rank, path in files.items():
-            c = read_columns(path)
-            if c is None:
-                break
-            cols[rank] = c
-            if on_rank is not None:
-                on_rank(rank)
-        else:
+        cols = read_columns_many([files[r] for r in sorted(files)])
+        if cols is not None:
             try:
                 return compile_columns(cols, groups, drop_missing_deps=drop_missing_deps), prefix
             except _Unsupported as why:
@@ -89,24 +81,29 @@ def compile_rank_files(
 
 
 def compile_columns(
-    cols: Mapping[int, NodeColumns],
+    cols: Mapping[int, NodeColumns] | NodeColumns,
     comm_groups: Mapping[str, tuple[int, ...]] | None = None,
     *,
     drop_missing_deps: bool = False,
 ) -> CompiledWorkload:
-    """The columnar twin of compile_workload; raises _Unsupported where it would differ from it."""
-    ranks = sorted(cols)
-    if not ranks or ranks != list(range(len(ranks))):
-        raise _Unsupported("ranks are not 0..N-1")
-    num_ranks = len(ranks)
+    """The columnar twin of compile_workload; raises _Unsupported where it would differ from it.
+    ``cols``: ``{rank: columns}`` (ranks 0..N-1), or one set of all ranks' columns in rank order
+    with its ``rank_sizes``."""
+    if isinstance(cols, NodeColumns):
+        c, sizes = cols, list(cols.rank_sizes or (len(cols),))
+    else:
+        ranks = sorted(cols)
+        if not ranks or ranks != list(range(len(ranks))):
+            raise _Unsupported("ranks are not 0..N-1")
+        c, sizes = _concat([cols[r] for r in ranks]), [len(cols[r]) for r in ranks]
+    num_ranks = len(sizes)
     comm_groups = {str(k): tuple(sorted({int(r) for r in v})) for k, v in (comm_groups or {}).items()}
-    counts = np.array([len(cols[r]) for r in ranks], np.int64)
+    counts = np.array(sizes, np.int64)
     rank_ptr = np.zeros(num_ranks + 1, np.int64)
     np.cumsum(counts, out=rank_ptr[1:])
     total = int(rank_ptr[-1])
 
     node_rank = np.repeat(np.arange(num_ranks, dtype=np.int32), counts)
-    c = _concat([cols[r] for r in ranks])
     cat = _columns(c, node_rank, rank_ptr, num_ranks)
     src, dst = _deps(c, node_rank, rank_ptr, drop_missing_deps)
     res = _resources(cat.pop("res_key"), node_rank, num_ranks)
