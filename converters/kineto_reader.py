@@ -15,6 +15,7 @@ from typing import IO, Any, Callable
 import ijson
 
 from xsim_trace.errors import FormatError
+from xsim_trace.graph.bounds import MAX_WORLD_SIZE
 from xsim_trace.io.json_input import GuardedReader, checked_us
 
 CHUNK_BYTES = 1 << 18  # smaller chunks: fewer parsed-but-unreduced events alive at once
@@ -232,10 +233,22 @@ def read_kineto(stream: IO[bytes], name: str, progress: Callable[[int], None] | 
         raise FormatError("no traceEvents: not a Kineto / Chrome trace JSON", file=name)
     if pending and isinstance(pending[0], dict):
         header = pending[0]
+        for key in ("rank", "world_size"):
+            _check_rank_field(header.get(key), key, name)
     device_list = devices[0] if devices and isinstance(devices[0], list) else []
     names = [str(d.get("name", "")) for d in device_list if isinstance(d, dict)]
     return KinetoTrace(name=name, events=reducer.events, distributed=header, device_names=names,
                        total_events=reducer.count)
+
+
+def _check_rank_field(value: Any, key: str, name: str) -> None:
+    """``distributedInfo.rank`` / ``world_size``: absent, or a whole number below MAX_WORLD_SIZE."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return  # not a number: ignored, as before (the rank then comes from the file name)
+    lo = 1 if key == "world_size" else 0
+    if not (isinstance(value, int) or value.is_integer()) or not lo <= value < MAX_WORLD_SIZE + lo:
+        raise FormatError(f"{value!r} is not a {key.replace('_', ' ')} ({lo}..{MAX_WORLD_SIZE - 1 + lo})",
+                          file=name, field=f"distributedInfo.{key}")
 
 
 class _ListSink:

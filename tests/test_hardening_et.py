@@ -91,3 +91,27 @@ def test_output_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "o" / "summary.json").mkdir(parents=True)
     assert main([*args, str(tmp_path / "o")]) == 2
     assert "a folder has this name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_both_replay_readers_refuse_every_crash_class(columnar, tmp_path):
+    from xsim_trace.replay.columnar import compile_rank_files
+
+    for i, (label, override) in enumerate(ET_CRASHES):
+        prefix = write_allreduce(tmp_path / str(i), **override)
+        with pytest.raises(GraphError):
+            compile_rank_files(prefix, columnar=columnar)
+    for i, (label, field, value) in enumerate(P2P_CRASHES):
+        prefix = write_p2p(tmp_path / f"p{i}", field, value)
+        with pytest.raises(GraphError, match=field):
+            compile_rank_files(prefix, columnar=columnar)
+
+
+def test_columns_of_the_bundled_sample_are_in_bounds():
+    from xsim_trace.graph.bounds import columns_in_bounds
+    from xsim_trace.io.et_columns import read_columns
+
+    cols = read_columns("traces/dlrm_v100_8rank/dlrm.0.et")
+    if cols is None:
+        pytest.skip("the numba column decoder is not available")
+    assert columns_in_bounds(cols)

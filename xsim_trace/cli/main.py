@@ -32,6 +32,8 @@ COMMANDS = (
     ("validate", "validate", "convert Kineto captures, replay them, compare per rank with the measured ProfilerStep"),
     ("backends", "backends", "list network backends; compare them on one workload"),
     ("sweep", "sweep", "run a parameter sweep from a YAML spec (resumable results.jsonl, summary of the best runs)"),
+    ("collectives", "collectives", "NCCL collective cost model: predict nccl-tests tables"),
+    ("calibrate", "calibrate", "fit the network model to measurements"),
 )
 COMMAND_MODULES = tuple(module for _name, module, _help in COMMANDS)
 _GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet")

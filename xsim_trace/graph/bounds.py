@@ -39,6 +39,8 @@ MAX_DURATION_MICROS = MAX_DURATION_NS // NS_PER_US
 MAX_TOTAL_NS = 1 << 60
 MAX_SIZE_BYTES = 1 << 50
 MAX_TOTAL_BYTES = 1 << 56
+#: ranks of one rank set that a converter or generator builds (world groups are materialised)
+MAX_WORLD_SIZE = 1 << 20
 _COLLECTIVES = frozenset(int(c) for c in CollectiveType)
 _COMM_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV, NodeType.COMM_COLL})
 
@@ -76,9 +78,8 @@ DURATION_MICROS_RANGE = IntRange(0, MAX_DURATION_MICROS, "duration_micros")
 
 
 def as_int(value: Any) -> int | None:
-    """``value`` as an exact integer, or None when it is not one (text, list, bool, inf, nan, 2.5)."""
-    if isinstance(value, bool):
-        return None
+    """``value`` as an exact integer (a bool is 0 / 1, as the engine reads it), or None when it is not
+    one (text, list, inf, nan, 2.5)."""
     if isinstance(value, int):
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -107,6 +108,8 @@ def node_problems(node: Node) -> Iterator[tuple[str, str]]:
         yield "id", why
     exact = None
     for attr in node.attrs:
+        if attr.value is None:  # an attribute without a value is absent to the engine
+            continue
         rule = INT_FIELDS.get(attr.name)
         if rule is not None:
             why = int_problem(attr.name, attr.value, rule)
@@ -165,3 +168,38 @@ def check_bounds(traces: Mapping[int, Trace]) -> None:
         source, rank, node_id, fld, why = first
         more = f" (and {count - 1} more out-of-range values)" if count > 1 else ""
         raise GraphError(f"{why}{more}", file=source, rank=rank, node=node_id, field=fld)
+
+
+def columns_in_bounds(cols: Any) -> bool:
+    """Whether every value of one rank's decoded columns (:class:`xsim_trace.io.et_columns.NodeColumns`)
+    is within the bounds above, checked column-wise.  False sends the caller to the typed reader,
+    whose :func:`check_bounds` names the first offending node and field."""
+    import numpy as np
+
+    if len(cols) and (int(cols.node_id.min()) < 0):
+        return False
+    durations = cols.duration_micros.astype(np.int64)
+    exact, has_exact = cols.int_attr(A.DURATION_NS)
+    micros_ok = (durations >= 0) & (durations <= MAX_DURATION_MICROS)
+    if not np.all(micros_ok | has_exact):
+        return False
+    for name, rule in INT_FIELDS.items():
+        values, has = cols.int_attr(name)
+        if has.any():
+            v = values[has]
+            if int(v.min()) < rule.lo or int(v.max()) > rule.hi:
+                return False
+    comm_type, has_type = cols.int_attr(A.COMM_TYPE)
+    is_coll = (cols.node_type == int(NodeType.COMM_COLL)) & has_type
+    if is_coll.any() and not np.isin(comm_type[is_coll], sorted(_COLLECTIVES)).all():
+        return False
+    rule = INT_LIST_FIELDS[A.RING_ORDER]
+    for ring in cols.ring_order.values():
+        if any(not isinstance(r, int) or rule.problem(r) for r in ring):
+            return False
+    ns = np.where(has_exact, exact, durations * NS_PER_US)
+    if int(ns.sum(dtype=object)) > MAX_TOTAL_NS:
+        return False
+    size, has_size = cols.int_attr(A.COMM_SIZE)
+    is_comm = np.isin(cols.node_type, sorted(int(t) for t in _COMM_TYPES)) & has_size
+    return int(size[is_comm].sum(dtype=object)) <= MAX_TOTAL_BYTES

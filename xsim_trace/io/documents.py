@@ -50,7 +50,7 @@ def parse_document(text: str, name: str, *, as_json: bool, what: str = "file",
     _check_depth(text, name, error)
     try:
         return json.loads(text) if as_json else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    except (ValueError, OverflowError, yaml.YAMLError) as exc:  # the parsers' own ways of saying "bad input"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise error(f"the {what} is not valid {kind}: {first}", file=name) from None
     except RecursionError:

@@ -45,14 +45,33 @@ def replay_compiled(
             group_of = lambda r: cluster.group_of(r).name  # noqa: E731
         else:
             group_of = cluster.gpu_type
+    pricer = None
+    if settings.collective_model == "nccl":
+        pricer = nccl_pricer(settings, cluster, backend)
     try:
-        raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, progress=progress).run()
+        raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, pricer=pricer,
+                     progress=progress).run()
     except OverflowError as exc:  # the bounds keep times in int64; a backend's own numbers can still overflow
         raise GraphError(f"simulated time does not fit in 64-bit nanoseconds ({exc}): check the cluster's "
                          "bandwidths and latencies and the trace's sizes") from None
     return build_result(
         workload, raw, backend=str(getattr(backend, "name", type(backend).__name__)), settings=settings, group_of=group_of
     )
+
+
+def nccl_pricer(settings: ReplaySettings, cluster, backend):
+    """The NCCL model as the engine's collective pricer; it prices collectives whole, which needs a
+    resolved cluster and a contention-free backend."""
+    from xsim_trace.network.nccl.pricer import NcclPricer  # noqa: PLC0415
+    from xsim_trace.replay.collective_pricing import is_contention_free  # noqa: PLC0415
+
+    if cluster is None or not hasattr(cluster, "groups"):
+        raise ConfigError("collective_model nccl needs the cluster the ranks run on", field="collective_model")
+    if not is_contention_free(backend):
+        name = getattr(backend, "name", type(backend).__name__)
+        raise ConfigError(f"collective_model nccl prices collectives whole: use a contention-free backend "
+                          f"(analytical), found {name}", field="collective_model")
+    return NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto)
 
 
 def replay(

@@ -14,13 +14,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from xsim_trace.network.protocol import capabilities_of
 from xsim_trace.replay.compile import CollectiveInstance
 from xsim_trace.replay.schedule_cache import CachedSchedule, ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
-
-#: backends known to be contention-free when they do not say so with ``contention_free``
-CONTENTION_FREE_BACKENDS = ("analytical",)
-
 
 class CollectivePricer(Protocol):
     def offsets_ns(self, inst: CollectiveInstance, members: Sequence[int]) -> Sequence[int]:
@@ -28,13 +25,8 @@ class CollectivePricer(Protocol):
 
 
 def is_contention_free(backend) -> bool:
-    """True if flows on ``backend`` never slow each other and it can time one transfer alone
-    (``transfer_time_ns(src, dst, size)`` over arrays, or ``transfer_ns(src, dst, size)``)."""
-    flag = getattr(backend, "contention_free", None)
-    if flag is None:
-        flag = getattr(backend, "name", None) in CONTENTION_FREE_BACKENDS
-    timing = callable(getattr(backend, "transfer_time_ns", None)) or callable(getattr(backend, "transfer_ns", None))
-    return bool(flag) and timing
+    """True if ``backend`` declares ``closed_form``: collectives may be priced in closed form."""
+    return capabilities_of(backend).closed_form
 
 
 def chunk_sizes(size_bytes: int, chunks: int) -> list[int]:

@@ -14,9 +14,11 @@ system / network split read):
 - :mod:`~xsim_trace.replay.flow_port`: flows go to a
   :class:`~xsim_trace.network.protocol.NetworkBackend`; the engine owns the clock.
 
-When the backend is contention-free and can time one transfer alone, a collective's member finish
-times are computed in closed form when it starts (identical to feeding its flows one by one, since
-nothing it does can be slowed by other flows); otherwise every transfer is a flow.
+When the backend declares ``capabilities.closed_form`` (a
+:class:`~xsim_trace.network.protocol.TransferPricing`: ``transfer_time_ns`` prices a step's transfers
+together), a collective's member finish times are computed in closed form when it starts (identical
+to feeding its flows one by one on a contention-free backend); otherwise every transfer is a flow.
+A backend declaring ``horizon_hint`` is told the engine's next event on every turn.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from xsim_trace.errors import GraphError
+from xsim_trace.network.protocol import capabilities_of
 from xsim_trace.replay.collective_pricing import (
     CollectivePricer,
     ScheduleWalkPricer,
@@ -113,11 +116,15 @@ class Engine:
         self.compiled = self._compiled_applies(compiled)
 
     def _compiled_applies(self, wanted: bool | None) -> bool:
-        """The compiled loop runs the closed-form path only (contention-free backend); by default
+        """The compiled loop runs the closed-form path only; by default
         from :data:`COMPILED_MIN_NODES` nodes on, below which loading it costs more than it saves."""
         if wanted is False or not self.closed_form:
             return False
         if wanted is None and self.w.num_nodes < COMPILED_MIN_NODES:
+            return False
+        # p2p transfers are flows: the kernel times them alone (start + transfer time), which only a
+        # contention-free backend guarantees (analytical books endpoint ports between flows)
+        if not capabilities_of(self.backend).contention_free and bool(np.any(self.w.exec_kind == K_SEND)):
             return False
         return compiled_kernel() is not None
 

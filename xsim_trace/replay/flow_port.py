@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from xsim_trace.errors import BackendError
-from xsim_trace.network.protocol import Flow
+from xsim_trace.network.protocol import Flow, capabilities_of
 from xsim_trace.replay.events import EventQueue
 
 #: the horizon passed to a hinting backend when the engine has no pending event of its own
@@ -63,7 +63,7 @@ class FlowPort:
         self.flows = 0
         self._dirty = False
         self._t_net: int | None = None
-        self._hint = bool(getattr(backend, "accepts_horizon", False))
+        self._hint = capabilities_of(backend).horizon_hint
         self._idle = 0
 
     def start(self, src: int, dst: int, size_bytes: int, now_ns: int, on_landed: OnLanded, arg) -> None:

@@ -67,7 +67,6 @@ class ScheduleCache:
         self.node_of = list(node_of) if node_of is not None else None
         self._sched: dict[tuple, CachedSchedule] = {}
         self._times_memo: dict[bytes, np.ndarray] = {}
-        self._pair_memo: dict[tuple[int, int, int], int] = {}
 
     def get(self, inst: CollectiveInstance, chunk_bytes: int) -> CachedSchedule:
         gid = inst.group
@@ -100,19 +99,6 @@ class ScheduleCache:
         hit = self._times_memo.get(key)
         if hit is not None:
             return hit
-        vec = getattr(self.backend, "transfer_time_ns", None)
-        if callable(vec):
-            out = np.asarray(vec(src, dst, size), np.int64)
-        else:
-            scalar = self.backend.transfer_ns
-            memo = self._pair_memo
-            vals = []
-            for a, b, c in zip(src.tolist(), dst.tolist(), size.tolist()):
-                k = (a, b, c)
-                v = memo.get(k)
-                if v is None:
-                    v = memo[k] = int(scalar(a, b, c))
-                vals.append(v)
-            out = np.asarray(vals, np.int64)
+        out = np.asarray(self.backend.transfer_time_ns(src, dst, size), np.int64)
         self._times_memo[key] = out
         return out

@@ -16,6 +16,7 @@ from typing import Iterator
 import ijson
 
 from xsim_trace.errors import FormatError
+from xsim_trace.graph.bounds import MAX_WORLD_SIZE
 from xsim_trace.io.json_input import GuardedReader, checked_us
 from xsim_trace.io.sources import Source, resolve_inputs
 
@@ -107,6 +108,9 @@ def read_header(capture: CaptureFile) -> Header:
         raise FormatError(f"not valid JSON: {exc}", file=capture.name) from None
     if rank is None:
         rank = capture.rank_hint
+    if rank is not None and not 0 <= rank < MAX_WORLD_SIZE or world is not None and not 0 < world <= MAX_WORLD_SIZE:
+        raise FormatError(f"rank {rank} / world size {world} out of range (at most {MAX_WORLD_SIZE} ranks)",
+                          file=capture.name, field="distributedInfo")
     return Header(rank=rank, world_size=world, device_name=device)
 
 
