@@ -65,3 +65,20 @@ def test_replay_keeps_the_measured_duration_of_an_unsized_collective(caplog):
     r2 = replay({i: Trace(make_metadata(world_size=2), (sized,), rank=i) for i in (0, 1)},
                 make_backend("analytical", build_topology(single_switch(2, 100.0, 500))))
     assert r2.iteration_ns != 7_000 and r2.stats.collectives == 1
+
+
+def test_rank_files_of_unsized_collectives_replay_at_their_measured_duration(tmp_path, caplog):
+    """Through the rank-file path (columnar decode where it can): the same answer and warning."""
+    from xsim_trace.io import write_rank_set
+    from xsim_trace.replay import replay_compiled
+    from xsim_trace.replay.columnar import compile_rank_files
+
+    node = make_node(1, "ncclKernel_AllReduce", NodeType.COMM_COLL, comm_type=int(CollectiveType.ALL_REDUCE),
+                     comm_size=0, **{A.MEASURED_DURATION_NS: 7_000})
+    write_rank_set(str(tmp_path / "u"), {r: Trace(make_metadata(world_size=2), (node,), rank=r) for r in (0, 1)}, {})
+    be = make_backend("analytical", build_topology(single_switch(2, 100.0, 500)))
+    with caplog.at_level(logging.WARNING):
+        workload, _ = compile_rank_files(str(tmp_path / "u"), columnar=True)
+    r = replay_compiled(workload, be)
+    assert r.iteration_ns == 7_000
+    assert "2 collectives have no size" in caplog.text

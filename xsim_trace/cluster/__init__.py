@@ -21,6 +21,7 @@ from xsim_trace.cluster.model import (
     GroupLink,
     IntraKind,
     IntraNode,
+    NcclTuning,
     Nic,
 )
 from xsim_trace.cluster.presets import is_preset_spec, load_preset, preset_names
@@ -35,6 +36,7 @@ __all__ = [
     "GroupLink",
     "IntraKind",
     "IntraNode",
+    "NcclTuning",
     "Nic",
     "cluster_from_dict",
     "cluster_to_dict",

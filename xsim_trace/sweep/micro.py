@@ -50,11 +50,15 @@ class TimedFlow:
     after: tuple[int, ...] = ()
 
 
+#: ranks of one micro-benchmark switch (a ring of this many flows simulates in seconds)
+MAX_MICRO_RANKS = 1 << 14
+
+
 def micro_flows(case: str, ranks: int, size_bytes: int) -> tuple[TimedFlow, ...]:
     if case not in STAR_CASES:
         raise ConfigError(f"expected one of {', '.join(MICRO_CASES)}, found {case!r}", field="case")
-    if ranks < 2:
-        raise ConfigError(f"expected at least 2 ranks, found {ranks}", field="ranks")
+    if not 2 <= ranks <= MAX_MICRO_RANKS:
+        raise ConfigError(f"expected 2..{MAX_MICRO_RANKS} ranks, found {ranks}", field="ranks")
     if size_bytes <= 0:
         raise ConfigError(f"expected a positive size, found {size_bytes}", field="size_bytes")
     if case == "single":
