@@ -19,7 +19,7 @@ import numpy as np
 from xsim_trace.errors import GraphError
 from xsim_trace.graph.bounds import check_bounds
 from xsim_trace.graph import attrs as A
-from xsim_trace.graph.kinds import NodeType
+from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import NS_PER_US
 from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns_many
 from xsim_trace.io.rankset import COMM_GROUPS_SUFFIX, find_rank_files, read_comm_groups, read_rank_set
@@ -229,6 +229,10 @@ def _columns(c: NodeColumns, node_rank: np.ndarray, rank_ptr: np.ndarray, num_ra
     ct, has_ct = c.int_attr("comm_type")
     coll = ntype == _COLL
     comm_type = np.where(coll, np.where(has_ct, ct, 0), -1)
+    if np.any(coll & (comm_size == 0) & (comm_type != int(CollectiveType.BARRIER))):
+        # maybe a capture without record_shapes: the typed path keeps such collectives at their
+        # measured duration (an attribute these columns do not decode) and says how many
+        raise _Unsupported("collective without a size")
     colls = np.flatnonzero(coll).tolist()
     root_v, has_root = c.int_attr("comm_root")
     return {
