@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping
 
-import yaml
 
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
@@ -121,10 +120,9 @@ def _spec_from_entry(name: str, entry: Any, source: str, base: DeviceSpec | None
 
 
 def _parse(text: str, source: str, devices: dict[str, DeviceSpec], index: dict[str, str]) -> None:
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {str(exc).splitlines()[0]}", file=source) from None
+    from xsim_trace.io.documents import parse_document
+
+    doc = parse_document(text, source, as_json=False, what="device file")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("devices"), Mapping):
         raise ConfigError("expected a top-level 'devices:' mapping", file=source, field="devices")
     for name, entry in doc["devices"].items():
@@ -162,13 +160,10 @@ def load_catalog(extra_file: "str | os.PathLike[str] | None" = None) -> Catalog:
     index: dict[str, str] = {}
     _parse(_builtin_text(), "xsim_trace/data/devices.yaml", devices, index)
     if extra_file is not None:
+        from xsim_trace.io.documents import read_text
+
         path = os.fspath(extra_file)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise ConfigError(f"cannot read device file: {exc.strerror}", file=path) from None
-        _parse(text, path, devices, index)
+        _parse(read_text(path, "device file"), path, devices, index)
     return Catalog(devices=dict(sorted(devices.items())), index=dict(sorted(index.items())))
 
 

@@ -12,6 +12,7 @@ nodes keep theirs, and the replay prices collectives and p2p by the network mode
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xsim_trace.cluster.model import Cluster
@@ -21,7 +22,7 @@ from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
-from xsim_trace.graph.model import Trace, set_attrs
+from xsim_trace.graph.model import GlobalMetadata, Trace, set_attrs
 
 GENERIC_GPU = "generic"
 NS_PER_US = 1000
@@ -50,10 +51,16 @@ def _cluster_gpu(cluster: Cluster, rank: int) -> str | None:
 def device_mismatches(traces: dict[int, Trace], cluster: Cluster, catalog: Catalog | None = None) -> list[Mismatch]:
     """Ranks whose captured device differs from the cluster's (ranks without a captured device name,
     or on a ``generic`` cluster group, are not compared)."""
+    return metadata_mismatches({rank: t.metadata for rank, t in traces.items()}, cluster, catalog)
+
+
+def metadata_mismatches(metadata: Mapping[int, GlobalMetadata], cluster: Cluster,
+                        catalog: Catalog | None = None) -> list[Mismatch]:
+    """:func:`device_mismatches` from the ranks' metadata records alone (no node decoded)."""
     catalog = catalog or default_catalog()
     out = []
-    for rank in sorted(traces):
-        captured = traces[rank].metadata.attr(A.META_DEVICE) or ""
+    for rank in sorted(metadata):
+        captured = metadata[rank].attr(A.META_DEVICE) or ""
         target = _cluster_gpu(cluster, rank)
         if not captured or target is None or target.strip().lower() == GENERIC_GPU:
             continue
