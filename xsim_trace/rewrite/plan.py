@@ -8,6 +8,7 @@ chunk); stages without layers are filled by the plan's ``partition`` (``auto`` o
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -60,6 +61,7 @@ class StagePlan:
 class PipelinePlan:
     stages: tuple[StagePlan, ...]
     name: str = ""
+    micro_batches: int = 0  # this replica's micro-batches (its share of the global batch); 0 = the plan's
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,15 @@ class Plan:
     def dp(self) -> int:
         return len(self.pipelines)
 
+    def micro_batches_of(self, index: int) -> int:
+        """Micro-batches pipeline ``index`` runs per step (its own share, else the plan's)."""
+        return self.pipelines[index].micro_batches or self.micro_batches
+
+    @property
+    def total_micro_batches(self) -> int:
+        """Micro-batches over all replicas: the global batch in micro-batches."""
+        return sum(self.micro_batches_of(i) for i in range(self.dp))
+
     @property
     def needs_partition(self) -> bool:
         return any(not s.chunks for p in self.pipelines for s in p.stages)
@@ -99,10 +110,17 @@ class Plan:
         if partition is not None:
             if partition not in PARTITIONS:
                 raise ConfigError(f"unknown partition {partition!r} (choose {', '.join(PARTITIONS)})", field="partition")
-            pipes = tuple(PipelinePlan(tuple(replace(s, chunks=()) for s in p.stages), p.name) for p in out.pipelines) \
+            pipes = tuple(replace(p, stages=tuple(replace(s, chunks=()) for s in p.stages)) for p in out.pipelines) \
                 if partition != "given" else out.pipelines
             out = replace(out, partition=partition, pipelines=pipes)
         return out
+
+
+PLAN_FIELDS = frozenset({"name", "model", "device_groups", "pipelines", "micro_batches", "global_batch", "schedule",
+                         "chunks", "dp_allreduce", "reshard", "ring_order", "partition"})
+GROUP_FIELDS = frozenset({"name", "device", "count", "devices_per_node", "intra_node_GBps", "nic_gbps"})
+PIPELINE_FIELDS = frozenset({"name", "stages", "replicas", "micro_batches"})
+STAGE_FIELDS = frozenset({"group", "tp", "layers"})
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -129,11 +147,23 @@ class _Ctx:
             raise self.err(f"expected {name}, found {v!r}", f"{where}{key}")
         return float(v) if kind is float else v
 
+    def keys(self, m: Mapping[str, Any], known: Any, where: str) -> None:
+        """Refuse a key that is not in ``known``, naming its path and the closest known key."""
+        for key in m:
+            if key not in known:
+                raise self.err(unknown_key_message(str(key), known), f"{where}{key}")
+
     def positive(self, m: Mapping[str, Any], key: str, where: str, default: Any = ...) -> int:
         v = self.get(m, key, where, int, default)
         if v is not None and v < 1:
             raise self.err(f"expected a positive integer, found {v}", f"{where}{key}")
         return v
+
+
+def unknown_key_message(key: str, known: Any) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
+    return f"unknown field {key!r} ({hint})"
 
 
 _MODEL_FIELDS = {"num_layers": int, "hidden": int, "heads": int, "ffn_hidden": int, "vocab": int, "seq_len": int,
@@ -155,6 +185,7 @@ def _model(c: _Ctx, m: Any) -> ModelSpec:
             raise c.err(exc.message, "model.preset") from None
         base = {k: getattr(spec, k) for k in ModelSpec.__slots__ if k not in ("bytes_per_param_state", "dtype_bytes")}
         m = {k: v for k, v in m.items() if k != "preset"}
+    c.keys(m, set(_MODEL_FIELDS) | {"gated_mlp", "name", "preset"}, "model.")
     kw: dict[str, Any] = {k: v for k, v in base.items() if k != "name"}
     for key in _MODEL_FIELDS:
         required = key in ("num_layers", "hidden", "heads", "ffn_hidden") and key not in base
@@ -164,9 +195,6 @@ def _model(c: _Ctx, m: Any) -> ModelSpec:
     if "gated_mlp" in m:
         kw["gated_mlp"] = bool(c.get(m, "gated_mlp", "model.", bool))
     kw["name"] = str(m.get("name", base.get("name", "")))
-    unknown = sorted(set(m) - set(_MODEL_FIELDS) - {"gated_mlp", "name"})
-    if unknown:
-        raise c.err(f"unknown field {unknown[0]!r}", f"model.{unknown[0]}")
     spec = ModelSpec(**kw)
     if spec.kv_heads and spec.heads % spec.kv_heads:
         raise c.err(f"kv_heads {spec.kv_heads} does not divide heads {spec.heads}", "model.kv_heads")
@@ -188,17 +216,14 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
     c = _Ctx(file)
     if not isinstance(data, Mapping):
         raise ConfigError(f"a plan is a mapping, found {type(data).__name__}", file=file)
-    known = {"name", "model", "device_groups", "pipelines", "micro_batches", "global_batch", "schedule", "chunks",
-             "dp_allreduce", "reshard", "ring_order", "partition"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise c.err(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})", unknown[0])
-    model = _model(c, c.get(data, "model", "", Mapping))
+    c.keys(data, PLAN_FIELDS, "")
+    model = _model(c, c.get(data, "model", "", (Mapping, str)))
     groups: list[DeviceGroup] = []
     for i, g in enumerate(c.get(data, "device_groups", "", list)):
         w = f"device_groups[{i}]."
         if not isinstance(g, Mapping):
             raise c.err(f"expected a mapping, found {g!r}", w[:-1])
+        c.keys(g, GROUP_FIELDS, w)
         name = c.get(g, "name", w, str)
         if any(x.name == name for x in groups):
             raise c.err(f"duplicate device group name {name!r}", w + "name")
@@ -227,11 +252,13 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
         w = f"pipelines[{i}]."
         if not isinstance(p, Mapping):
             raise c.err(f"expected a mapping, found {p!r}", w[:-1])
+        c.keys(p, PIPELINE_FIELDS, w)
         stages = []
         for j, s in enumerate(c.get(p, "stages", w, list)):
             ws = f"{w}stages[{j}]."
             if not isinstance(s, Mapping):
                 raise c.err(f"expected a mapping, found {s!r}", ws[:-1])
+            c.keys(s, STAGE_FIELDS, ws)
             group = c.get(s, "group", ws, str)
             if not any(g.name == group for g in groups):
                 raise c.err(f"unknown device group {group!r} (groups: {', '.join(g.name for g in groups)})", ws + "group")
@@ -248,13 +275,16 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
             stages.append(StagePlan(group=group, tp=tp, chunks=ranges))
         if not stages:
             raise c.err("a pipeline needs at least one stage", w + "stages")
+        own_mb = c.positive(p, "micro_batches", w, None) or 0
         for _ in range(c.positive(p, "replicas", w, 1)):
-            pipelines.append(PipelinePlan(tuple(stages), str(p.get("name", f"p{i}"))))
+            pipelines.append(PipelinePlan(tuple(stages), str(p.get("name", f"p{i}")), own_mb))
     if not pipelines:
         raise c.err("at least one pipeline is needed", "pipelines")
+    every_own = all(p.micro_batches for p in pipelines)
+    plan_mb = c.positive(data, "micro_batches", "", max(p.micro_batches for p in pipelines) if every_own else ...)
     plan = Plan(
         model=model, groups=tuple(groups), pipelines=tuple(pipelines),
-        micro_batches=c.positive(data, "micro_batches", ""),
+        micro_batches=plan_mb,
         schedule=schedule, chunks=chunks,
         dp_allreduce=c.get(data, "dp_allreduce", "", str, "lcm-rings"),
         reshard=ReshardStrategy.parse(c.get(data, "reshard", "", str, "direct"), file=file, field_name="reshard"),
@@ -316,15 +346,18 @@ def validate_plan(plan: Plan, *, memory: bool = True) -> None:
             raise ConfigError(f"device group {g.name!r} is over-subscribed: stages use {used[g.name]} of its {g.count} devices",
                               file=file, field=f"device_groups[{k}].count")
     mbs = m.micro_batch_size
-    if plan.global_batch and plan.global_batch != plan.micro_batches * mbs * plan.dp:
-        raise ConfigError(
-            f"global_batch {plan.global_batch} != micro_batches {plan.micro_batches} x micro_batch_size {mbs} x DP {plan.dp}",
-            file=file, field="global_batch")
+    if plan.global_batch and plan.global_batch != plan.total_micro_batches * mbs:
+        shares = " + ".join(str(plan.micro_batches_of(i)) for i in range(plan.dp))
+        what = (f"micro_batches {plan.micro_batches} x micro_batch_size {mbs} x DP {plan.dp}"
+                if len(set(plan.micro_batches_of(i) for i in range(plan.dp))) == 1
+                else f"micro-batches ({shares}) x micro_batch_size {mbs}")
+        raise ConfigError(f"global_batch {plan.global_batch} != {what}", file=file, field="global_batch")
     if plan.schedule is Schedule.INTERLEAVED:
         for i, pipe in enumerate(plan.pipelines):
-            if len(pipe.stages) > 1 and plan.micro_batches % len(pipe.stages):
+            if len(pipe.stages) > 1 and plan.micro_batches_of(i) % len(pipe.stages):
+                where = f"pipelines[{i}].micro_batches" if pipe.micro_batches else "micro_batches"
                 raise ConfigError(f"interleaved 1F1B needs micro_batches divisible by the {len(pipe.stages)} stages",
-                                  file=file, field="micro_batches")
+                                  file=file, field=where)
     if memory and not plan.needs_partition:
         check_memory(plan)
 
@@ -351,9 +384,10 @@ def check_coverage(plan: Plan, index: int) -> None:
         raise ConfigError(what, file=file, field=f"pipelines[{index}].stages")
 
 
-def in_flight_microbatches(plan: Plan, stage: int, num_stages: int) -> int:
-    """Micro-batches whose activations a stage holds at its peak under the schedule."""
-    m = plan.micro_batches
+def in_flight_microbatches(plan: Plan, stage: int, num_stages: int, micro_batches: int | None = None) -> int:
+    """Micro-batches whose activations a stage holds at its peak under the schedule (``micro_batches``:
+    the pipeline's own count, default the plan's)."""
+    m = micro_batches or plan.micro_batches
     if plan.schedule is Schedule.GPIPE:
         return m
     if plan.schedule is Schedule.ONE_F_ONE_B:
@@ -389,7 +423,7 @@ def stage_memory_parts(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: i
     state = params * m.bytes_per_param_state // st.tp
     weights = params * m.dtype_bytes // st.tp
     grads = params * m.dtype_bytes // st.tp
-    inflight = in_flight_microbatches(plan, stage, len(pipe.stages))
+    inflight = in_flight_microbatches(plan, stage, len(pipe.stages), pipe.micro_batches or None)
     per_chunk_layers = layers / max(1, plan.chunks)
     act = int(inflight * per_chunk_layers * m.layer_activation_bytes(st.tp))
     return StageMemoryParts(params // st.tp, weights, grads, state - weights - grads, act)
@@ -426,7 +460,7 @@ def check_memory(plan: Plan) -> None:
 
 
 __all__ = [
-    "DeviceGroup", "Plan", "PipelinePlan", "StageMemoryParts", "StagePlan", "check_coverage", "check_memory",
+    "DeviceGroup", "PLAN_FIELDS", "Plan", "PipelinePlan", "StageMemoryParts", "StagePlan", "check_coverage", "check_memory",
     "load_plan", "max_layers_in_memory", "plan_from_mapping", "read_plan_document", "stage_memory_bytes",
     "stage_memory_parts", "validate_plan", "virtual_stages",
 ]

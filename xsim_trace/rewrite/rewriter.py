@@ -242,11 +242,11 @@ class _Rewriter:
     # -- main --------------------------------------------------------------------------------------
     def run(self) -> None:
         plan = self.plan
-        m, v = plan.micro_batches, plan.chunks
+        v = plan.chunks
         orders = {}
         for p, pipe in enumerate(plan.pipelines):
             for s in range(len(pipe.stages)):
-                orders[(p, s)] = list(stage_ops(plan.schedule, s, len(pipe.stages), m, v))
+                orders[(p, s)] = list(stage_ops(plan.schedule, s, len(pipe.stages), plan.micro_batches_of(p), v))
         # walk ops stage-by-stage in a global order that respects dependencies (the analytic
         # schedule's order), so every exchange's producer exists when it is created
         cursor = {k: 0 for k in orders}
@@ -368,6 +368,7 @@ class _Rewriter:
                 A.META_RANK: r, A.META_WORLD_SIZE: world, A.META_SOURCE: "xsim rewrite", A.META_DEVICE: i.device,
                 A.META_TP: i.tp, A.META_DEVICE_GROUP: i.group, A.PIPELINE: i.pipeline, A.PIPE_STAGE: i.stage,
                 A.META_PLAN: self.plan.name, A.META_COMM_GROUPS: groups_json,
+                A.META_SEQ_LEN: self.plan.model.seq_len, A.META_MICRO_BATCH: self.plan.model.micro_batch_size,
             })
             out[r] = Trace(metadata=meta, nodes=tuple(b.nodes), rank=r)
         return out
