@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from xsim_trace.cli.progress import progress_bar
+from xsim_trace.cli.progress import RowProgress
 from xsim_trace.cli.rewrite import load_template
 from xsim_trace.rewrite.compare import compare, format_table, replay_quick
 from xsim_trace.rewrite.partitioning import resolve_partition
@@ -98,14 +98,19 @@ def cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row_text(row) -> str:
+    what = f"{row.plan} {row.reshard} {row.partition}"
+    return f"{what}: infeasible ({row.infeasible})" if row.infeasible else f"{what}: {row.iteration_ns / 1e6:.2f} ms"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    plans = [load_plan(p) for p in args.plans]
+    plans = [load_plan(p, memory=False) for p in args.plans]  # a variant over memory is a marked row
     reshards = _choices(args.reshard, _RESHARDS, "reshard")
     partitions = _choices(args.partition, _PARTITIONS, "partition")
     total = len(plans) * len(reshards) * len(partitions)
-    with progress_bar(total, "plans", quiet=args.quiet or total < 2) as bar:
+    with RowProgress(total, "plan compare", quiet=args.quiet) as bar:
         rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
-                       reshards=reshards, partitions=partitions, progress=lambda: bar.update(1),
+                       reshards=reshards, partitions=partitions, progress=lambda row: bar.update(_row_text(row)),
                        replay=replay_for(args.cluster, args.backend, quick=args.quick))
     if args.json:
         json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
