@@ -25,6 +25,8 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-missing-deps", action="store_true", help="drop dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--no-timeline", action="store_true", help="skip timeline.json")
     p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="replay even when a rank's trace names another GPU than the cluster puts it on")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -108,6 +110,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     cluster, backend = network_for(args.cluster, args.backend)
     quiet = getattr(args, "quiet", False)
     rs = read_rank_set(args.trace)
+    if not getattr(args, "allow_mismatch", True):
+        from xsim_trace.rewrite.guards import check_trace_devices
+
+        check_trace_devices(rs.traces, cluster, source=str(args.trace), flag="--allow-mismatch")
     result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=quiet, drop_missing_deps=args.drop_missing_deps)
     paths = write_reports(
         result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
