@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--backend", default="analytical",
                    help="network backend of the engine replay: analytical (default), analytical-ca (shares links), "
                         "flow, ns3")
-    k.add_argument("--quick", action="store_true", help="the rewriter's quick alpha-beta replay instead of the engine")
+    k.add_argument("--quick", action="store_true",
+                   help="the closed-form estimate (stage times, pipeline fill, DP rings; milliseconds per row) instead "
+                        "of rewriting and replaying on the engine")
     k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     k.set_defaults(func=cmd_compare)
 
@@ -111,7 +113,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with RowProgress(total, "plan compare", quiet=args.quiet) as bar:
         rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
                        reshards=reshards, partitions=partitions, progress=lambda row: bar.update(_row_text(row)),
-                       replay=replay_for(args.cluster, args.backend, quick=args.quick))
+                       replay=replay_for(args.cluster, args.backend), closed_form=args.quick)
     if args.json:
         json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
         print()

@@ -52,6 +52,15 @@ def evaluate(plan: Plan, template: ModelTemplate, replay: Callable[[RewriteResul
     return res, met, iteration
 
 
+def _closed_form_row(name: str, variant: Plan, template: ModelTemplate) -> CompareRow:
+    from xsim_trace.plan.closed_form import estimate_plan
+
+    est = estimate_plan(variant, template)
+    return CompareRow(plan=name, reshard=variant.reshard.value, partition=variant.partition, layers=est.layers_text(),
+                      iteration_ns=est.step_ns, max_bubble=est.bubble, reshard_ns=est.reshard_ns, pp_ns=est.pp_ns,
+                      max_straggler_ns=est.straggler_ns, ranks=est.devices, nodes=0)
+
+
 def _layers(res: RewriteResult) -> str:
     pipes = []
     for p in res.plan.pipelines:
@@ -63,9 +72,11 @@ def _layers(res: RewriteResult) -> str:
 def compare(plans: Sequence[Plan], template_for: Callable[[Plan], ModelTemplate], *,
             reshards: Sequence[str | None] = (None,), partitions: Sequence[str | None] = (None,),
             replay: Callable[[RewriteResult], Mapping] = replay_quick,
-            progress: Callable[[CompareRow], None] | None = None) -> list[CompareRow]:
+            progress: Callable[[CompareRow], None] | None = None, closed_form: bool = False) -> list[CompareRow]:
     """One row per (plan, reshard strategy, partition); ``None`` keeps the plan's own choice.  A
-    variant that does not fit (memory, partition) is a row marked ``infeasible``; the rest go on."""
+    variant that does not fit (memory, partition) is a row marked ``infeasible``; the rest go on.
+    ``closed_form``: the plan's closed-form estimate (:mod:`xsim_trace.plan.closed_form`) instead of
+    rewriting and replaying (milliseconds per row)."""
     rows = []
     for plan in plans:
         tm = template_for(plan)
@@ -73,6 +84,11 @@ def compare(plans: Sequence[Plan], template_for: Callable[[Plan], ModelTemplate]
             for rs in reshards:
                 variant = plan.with_strategy(reshard=rs, partition=part)
                 try:
+                    if closed_form:
+                        rows.append(_closed_form_row(plan.name, variant, tm))
+                        if progress:
+                            progress(rows[-1])
+                        continue
                     res, met, it = evaluate(variant, tm, replay)
                 except ConfigError as exc:
                     rows.append(CompareRow(plan=plan.name, reshard=variant.reshard.value, partition=variant.partition,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from xsim_trace.errors import ConfigError
@@ -37,17 +37,52 @@ def _tp_collectives_ns(template: ModelTemplate, tp: int, bw_GBps: float) -> floa
     return total
 
 
-def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]:
-    """Closed-form cost of each physical stage of pipeline ``index`` (:mod:`.stage_cost`): compute
-    and TP collectives per layer, embedding / head, the boundary transfers it waits for, memory."""
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """One virtual-stage boundary of a pipeline: the tensor goes forward ``src -> dst`` (stages)
+    and its gradient back; times of one transfer each way (closed form, :func:`exchange_ns`)."""
+
+    src: int
+    dst: int
+    fwd_ns: float
+    bwd_ns: float
+    same_tp: bool
+
+
+def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
+    """The boundaries between consecutive virtual stages on different stages of pipeline ``index``."""
     tset = as_template_set(templates)
     pipe = plan.pipelines[index]
-    p, v, n = len(pipe.stages), plan.chunks, plan.model.num_layers
+    p, v = len(pipe.stages), plan.chunks
     probe = replace(plan, pipelines=(pipe,))
     lay = layout(probe)
     info = {r.rank: r for r in lay.ranks}
     first = [info[lay.of(0, s)[0]] for s in range(p)]
     act = tset.base.activation_bytes
+    out = []
+    for vs in range(1, p * v):
+        a, b = (vs - 1) % p, vs % p
+        if a == b:
+            continue
+        ta, tb = pipe.stages[a].tp, pipe.stages[b].tp
+        bw = first[a].bw_GBps(first[b], probe)
+        out.append(Boundary(a, b, exchange_ns(act, ta, tb, plan.reshard, bw), exchange_ns(act, tb, ta, plan.reshard, bw),
+                            ta == tb))
+    return out
+
+
+def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]:
+    """Closed-form cost of each physical stage of pipeline ``index`` (:mod:`.stage_cost`): compute
+    and TP collectives per layer, embedding / head, the boundary transfers it waits for (its
+    forward inputs and backward gradients), memory."""
+    tset = as_template_set(templates)
+    pipe = plan.pipelines[index]
+    p, v, n = len(pipe.stages), plan.chunks, plan.model.num_layers
+    probe = replace(plan, pipelines=(pipe,))
+    comm = [0.0] * p
+    for bd in boundaries(plan, index, tset):
+        comm[bd.dst] += bd.fwd_ns
+        comm[bd.src] += bd.bwd_ns
     out = []
     for s, st in enumerate(pipe.stages):
         g = plan.group(st.group)
@@ -58,15 +93,7 @@ def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]
             extra += layer_compute_ns(template.pre, template, g.device, st.tp)
         if s == p - 1 and template.post is not None:
             extra += layer_compute_ns(template.post, template, g.device, st.tp)
-        comm = 0.0
-        for c in range(v):
-            vs = c * p + s
-            for nb in (vs - 1, vs + 1):  # forward input from vs-1, backward gradient from vs+1
-                if 0 <= nb < p * v and nb % p != s:
-                    other = pipe.stages[nb % p]
-                    bw = first[s].bw_GBps(first[nb % p], probe)
-                    comm += exchange_ns(act, other.tp, st.tp, plan.reshard, bw)
-        out.append(StageCost(per, extra, comm, max_layers_in_memory(probe, pipe, s), min_layers=v))
+        out.append(StageCost(per, extra, comm[s], max_layers_in_memory(probe, pipe, s), min_layers=v))
     return out
 
 
