@@ -71,6 +71,25 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
     return out
 
 
+#: (template, device, tp, layers, intra GB/s) -> (layer ns, pre ns, post ns); templates are kept
+#: alongside (the key holds their id) so an id is never reused while cached
+_LAYER_CACHE: dict[tuple, tuple[ModelTemplate, tuple[float, float, float]]] = {}
+
+
+def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, intra_GBps: float) -> tuple[float, float, float]:
+    key = (id(template), device, tp, layers, intra_GBps)
+    hit = _LAYER_CACHE.get(key)
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    per = mean_layer_ns(template, layers, device, tp) + _tp_collectives_ns(template, tp, intra_GBps)
+    pre = layer_compute_ns(template.pre, template, device, tp) if template.pre is not None else 0.0
+    post = layer_compute_ns(template.post, template, device, tp) if template.post is not None else 0.0
+    if len(_LAYER_CACHE) > 4096:
+        _LAYER_CACHE.clear()
+    _LAYER_CACHE[key] = (template, (per, pre, post))
+    return per, pre, post
+
+
 def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]:
     """Closed-form cost of each physical stage of pipeline ``index`` (:mod:`.stage_cost`): compute
     and TP collectives per layer, embedding / head, the boundary transfers it waits for (its
@@ -86,13 +105,8 @@ def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]
     out = []
     for s, st in enumerate(pipe.stages):
         g = plan.group(st.group)
-        template = tset.for_stage(st.group, st.tp)
-        per = mean_layer_ns(template, n, g.device, st.tp) + _tp_collectives_ns(template, st.tp, g.intra_GBps)
-        extra = 0.0
-        if s == 0 and template.pre is not None:
-            extra += layer_compute_ns(template.pre, template, g.device, st.tp)
-        if s == p - 1 and template.post is not None:
-            extra += layer_compute_ns(template.post, template, g.device, st.tp)
+        per, pre, post = _layer_times(tset.for_stage(st.group, st.tp), g.device, st.tp, n, g.intra_GBps)
+        extra = (pre if s == 0 else 0.0) + (post if s == p - 1 else 0.0)
         out.append(StageCost(per, extra, comm[s], max_layers_in_memory(probe, pipe, s), min_layers=v))
     return out
 

@@ -91,20 +91,38 @@ def best_counts(num_layers: int, stages: Sequence[StageCost], micro_batches: int
         raise ConfigError(f"{num_layers} layers cannot fill {len(stages)} stages of at least {lo} layers", field="stages")
     order = sorted(range(len(stages)), key=lambda i: (stages[i].layer_ns, i))
     bounds = sorted({s.time_ns(n) for s, a, b in zip(stages, lo, hi) for n in range(a, b + 1)})
-    best: tuple[float, float, tuple[int, ...]] | None = None
-    for cap in bounds:
+
+    def fill(cap: float) -> list[int] | None:
         limit = []
         for s, a, b in zip(stages, lo, hi):
             room = b if s.layer_ns <= 0 else int(math.floor((cap - s.extra_ns - s.comm_ns) / s.layer_ns + 1e-9))
             limit.append(min(b, room))
         if any(x < a for x, a in zip(limit, lo)) or sum(limit) < num_layers:
-            continue
+            return None
         counts = list(lo)
         rest = num_layers - sum(counts)
         for i in order:
             add = min(rest, limit[i] - counts[i])
             counts[i] += add
             rest -= add
+        return counts
+
+    # feasibility grows with the cap: the least feasible cap by bisection, then every cap up to the
+    # point where m * cap alone exceeds the best estimate so far
+    lo_i, hi_i = 0, len(bounds) - 1
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        if fill(bounds[mid]) is None:
+            lo_i = mid + 1
+        else:
+            hi_i = mid
+    best: tuple[float, float, tuple[int, ...]] | None = None
+    for cap in bounds[lo_i:]:
+        if best is not None and micro_batches * cap > best[0]:
+            break
+        counts = fill(cap)
+        if counts is None:
+            continue
         times = [s.time_ns(c) for s, c in zip(stages, counts)]
         key = (pipeline_ns(times, micro_batches, chunks), sum(times), tuple(counts))
         if best is None or key[:2] < best[:2]:
