@@ -17,7 +17,7 @@ _PARTITIONS = ("given", "uniform", "auto")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="deployment plans: check, partition, compare")
+    p = sub.add_parser("plan", help="deployment plans: check, partition, compare, search")
     psub = p.add_subparsers(dest="plan_command", metavar="ACTION")
     psub.required = True
 
@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "of rewriting and replaying on the engine")
     k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     k.set_defaults(func=cmd_compare)
+
+    from xsim_trace.cli.plan_search import register as register_search
+
+    register_search(psub)
 
 
 def _choices(text: str | None, allowed: tuple[str, ...], what: str) -> list[str | None]:

@@ -267,6 +267,15 @@ def search(space: Space, templates: Templates, *, objective: str = "step", top_k
     return SearchResult(tuple(top), stats)
 
 
+def resolved(s: Scored) -> Plan:
+    """The scored plan with every stage's layers as its closed form split them (partition given)."""
+    from xsim_trace.plan.document import with_counts
+
+    pipes = tuple(replace(p, stages=with_counts(p.stages, e.counts, s.plan.chunks))
+                  for p, e in zip(s.plan.pipelines, s.estimate.pipelines))
+    return replace(s.plan, pipelines=pipes, partition="given")
+
+
 def _kth(scored: list, k: int, objective: str) -> float:
     vals = sorted(v for v, _, _ in scored)
     return vals[k - 1]
@@ -279,20 +288,25 @@ def _replay(top: list[Scored], replay, replay_many, n: int, budget_s: float, sta
     todo = list(range(min(n, len(top))))
     start = clock()
     if replay_many is not None:
-        times = replay_many([top[i].plan for i in todo])
+        times = replay_many([resolved(top[i]) for i in todo])
         for i, t in zip(todo, times):
-            top[i] = replace(top[i], replay_ns=int(t))
-            stats.replayed += 1
+            top[i] = _with_replay(top[i], t)
+            stats.replayed += t is not None
         return top
     for k, i in enumerate(todo):
         if clock() - start > budget_s:
             top[i] = replace(top[i], replay_note="budget")
             continue
-        top[i] = replace(top[i], replay_ns=int(replay(top[i].plan)))
-        stats.replayed += 1
+        t = replay(resolved(top[i]))
+        top[i] = _with_replay(top[i], t)
+        stats.replayed += t is not None
         if progress:
             progress("replay", k + 1, len(todo))
     return top
+
+
+def _with_replay(s: Scored, t: int | None) -> Scored:
+    return replace(s, replay_ns=int(t)) if t is not None else replace(s, replay_note="too large to replay")
 
 
 def _dummy_estimate() -> PlanEstimate:
@@ -304,7 +318,7 @@ def exhaustive(space: Space, templates: Templates, *, objective: str = "step") -
     only: the proof that :func:`search` finds the optimum)."""
     import itertools
 
-    from xsim_trace.rewrite.plan import PipelinePlan
+    from xsim_trace.plan.document import with_counts
 
     tset = as_template_set(templates)
     best: tuple[float, str, Scored] | None = None
@@ -323,7 +337,7 @@ def exhaustive(space: Space, templates: Templates, *, objective: str = "step") -
             for choice in itertools.product(*splits):
                 pipes = []
                 for pipe, counts in zip(plan.pipelines, choice):
-                    pipes.append(replace(pipe, stages=_given(pipe.stages, counts, cand.chunks)))
+                    pipes.append(replace(pipe, stages=with_counts(pipe.stages, counts, cand.chunks)))
                 given = replace(plan, pipelines=tuple(pipes), partition="given")
                 try:
                     est = estimate_plan(given, tset)
@@ -337,20 +351,6 @@ def exhaustive(space: Space, templates: Templates, *, objective: str = "step") -
     return best[2]
 
 
-def _given(stages, counts: Sequence[int], v: int):
-    """Stages with layer ranges for per-stage counts (chunks near-even, virtual-stage order)."""
-    from xsim_trace.rewrite.partitioning import _chunked
-
-    per_v = _chunked(tuple(counts), v)
-    p = len(stages)
-    ranges = [[None] * v for _ in range(p)]
-    start = 0
-    for vs, c in enumerate(per_v):
-        ranges[vs % p][vs // p] = (start, start + c)
-        start += c
-    return tuple(replace(st, chunks=tuple(ranges[s])) for s, st in enumerate(stages))
-
-
 def _compositions(total: int, parts: int):
     """Every tuple of ``parts`` positive integers summing to ``total``."""
     if parts == 1:
@@ -361,5 +361,5 @@ def _compositions(total: int, parts: int):
             yield (first,) + rest
 
 
-__all__ = ["OBJECTIVES", "Scored", "SearchResult", "SearchStats", "exhaustive", "lower_bound_ns", "objective_value",
+__all__ = ["OBJECTIVES", "resolved", "Scored", "SearchResult", "SearchStats", "exhaustive", "lower_bound_ns", "objective_value",
            "search"]
