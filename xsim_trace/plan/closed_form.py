@@ -58,9 +58,9 @@ class PlanEstimate:
         return " | ".join(dict.fromkeys("/".join(map(str, p.counts)) for p in self.pipelines))
 
 
-def _pipe_key(plan: Plan, pipe: PipelinePlan, index: int) -> tuple:
-    return (pipe.stages, plan.micro_batches_of(index), plan.schedule, plan.chunks, plan.reshard, plan.partition,
-            plan.groups, plan.model)
+def _plan_key(plan: Plan) -> tuple:
+    """What a pipeline's estimate depends on besides its stages and micro-batches."""
+    return (plan.schedule, plan.chunks, plan.reshard, plan.partition, plan.groups, plan.model)
 
 
 def _counts(plan: Plan, index: int, costs: list[StageCost]) -> tuple[int, ...]:
@@ -107,19 +107,18 @@ def estimate_pipeline(plan: Plan, index: int, templates: TemplateSet) -> Pipelin
     return PipelineEstimate(tuple(counts), tuple(times), tuple(compute), total, tuple(finish), head, pp, rs)
 
 
-def _segments(plan: Plan, ests: list[PipelineEstimate]) -> list[Segment]:
+def _segments(kinds: list[tuple[PipelinePlan, PipelineEstimate]], chunks: int) -> list[Segment]:
+    """Sweep-line segments of each distinct (pipeline, estimate); key (kind, stage, chunk)."""
     segs = []
-    for i, (pipe, est) in enumerate(zip(plan.pipelines, ests)):
-        p, v = len(pipe.stages), plan.chunks
-        start = 0
-        per_v = []
-        for vs in range(p * v):
+    for k, (pipe, est) in enumerate(kinds):
+        p, start = len(pipe.stages), 0
+        for vs in range(p * chunks):
             s, c = vs % p, vs // p
-            base, rem = divmod(est.counts[s], v)
+            base, rem = divmod(est.counts[s], chunks)
             n = base + (1 if c < rem else 0)
-            per_v.append((s, c, start, start + n))
+            if n:
+                segs.append(Segment((k, s, c), start, start + n))
             start += n
-        segs += [Segment((i, s, c), a, b) for s, c, a, b in per_v if b > a]
     return segs
 
 
@@ -131,45 +130,61 @@ def model_flops_per_step(plan: Plan) -> float:
     return 3.0 * fwd * plan.total_micro_batches
 
 
-def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any, PipelineEstimate] | None = None
+def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any, dict] | None = None
                   ) -> PlanEstimate:
     """The closed-form estimate of ``plan``; ConfigError when a stage does not fit in memory."""
     tset = as_template_set(templates)
     ests: list[PipelineEstimate] = []
+    shared = cache.setdefault(_plan_key(plan), {}) if cache is not None else {}
+    seen: dict[int, PipelineEstimate] = {}  # by pipeline object: replicas often share one
     for i, pipe in enumerate(plan.pipelines):
-        key = _pipe_key(plan, pipe, i)
-        est = cache.get(key) if cache is not None else None
+        est = seen.get(id(pipe))
         if est is None:
-            est = estimate_pipeline(plan, i, tset)
-            if cache is not None:
-                cache[key] = est
+            key = (pipe.stages, plan.micro_batches_of(i))
+            est = shared.get(key)
+            if est is None:
+                est = shared[key] = estimate_pipeline(plan, i, tset)
+            seen[id(pipe)] = est
         ests.append(est)
     base = tset.base
+    # identical pipelines (same stages, same estimate) count once, with their multiplicity
+    kind_of: dict[tuple, int] = {}
+    kinds: list[tuple[PipelinePlan, PipelineEstimate]] = []
+    mult: list[int] = []
+    m_of: list[int] = []
+    for i, (pipe, est) in enumerate(zip(plan.pipelines, ests)):
+        key = (id(pipe), id(est))
+        if key not in kind_of:
+            kind_of[key] = len(kinds)
+            kinds.append((pipe, est))
+            mult.append(0)
+            m_of.append(plan.micro_batches_of(i))
+        mult[kind_of[key]] += 1
     end = max(e.pipeline_ns for e in ests)
     dp_ns = straggler = 0.0
     if plan.dp > 1:
-        last_v = {i: len(p.stages) * plan.chunks - 1 for i, p in enumerate(plan.pipelines)}
-        for iv in dp_intervals(_segments(plan, ests)):
+        last_v = [len(p.stages) * plan.chunks - 1 for p, _ in kinds]
+        for iv in dp_intervals(_segments(kinds, plan.chunks)):
             members = iv.members
-            if len(members) < 2:
+            size = sum(mult[k] for k, _, _ in members)
+            if size < 2:
                 continue
             nbytes = iv.num_layers * base.layer_grad_bytes
             if all(c == 0 and s == 0 for _, s, c in members):
                 nbytes += base.pre_grad_bytes
-            if all(c * len(plan.pipelines[i].stages) + s == last_v[i] for i, s, c in members):
+            if all(c * len(kinds[k][0].stages) + s == last_v[k] for k, s, c in members):
                 nbytes += base.post_grad_bytes
-            stages = [plan.pipelines[i].stages[s] for i, s, _ in members]
+            stages = [kinds[k][0].stages[s] for k, s, _ in members]
             shard = nbytes / min(st.tp for st in stages)
             bw = min(plan.group(st.group).nic_gbps for st in stages) / 8.0
-            ar = ring_allreduce_ns(shard, len(members), bw)
-            ready = [ests[i].finish_ns[s] for i, s, _ in members]
+            ar = ring_allreduce_ns(shard, size, bw)
+            ready = [kinds[k][1].finish_ns[s] for k, s, _ in members]
             dp_ns = max(dp_ns, ar)
             straggler = max(straggler, max(ready) - min(ready))
             end = max(end, max(ready) + ar)
-    bubble = max(1.0 - plan.micro_batches_of(i) * c / e.pipeline_ns
-                 for i, e in enumerate(ests) for c in e.compute_ns) if ests else 0.0
-    devices = sum(st.tp for p in plan.pipelines for st in p.stages)
-    peak = sum(plan.group(st.group).spec().peak_flops() * st.tp for p in plan.pipelines for st in p.stages)
+    bubble = max(1.0 - m * c / e.pipeline_ns for (_, e), m in zip(kinds, m_of) for c in e.compute_ns)
+    devices = sum(n * st.tp for (p, _), n in zip(kinds, mult) for st in p.stages)
+    peak = sum(n * plan.group(st.group).spec().peak_flops() * st.tp for (p, _), n in zip(kinds, mult) for st in p.stages)
     step_s = end / 1e9
     tokens = plan.total_micro_batches * plan.model.micro_batch_size * plan.model.seq_len
     return PlanEstimate(

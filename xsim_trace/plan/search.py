@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -22,8 +23,9 @@ from xsim_trace.errors import ConfigError
 from xsim_trace.plan.closed_form import PlanEstimate, estimate_pipeline, estimate_plan
 from xsim_trace.plan.space import Candidate, Replicas, Space, batch_shares, candidates, structures, variants, why_empty
 from xsim_trace.rewrite.plan import Plan
+from xsim_trace.rewrite.reshard import ReshardStrategy
 from xsim_trace.rewrite.schedules import Schedule
-from xsim_trace.rewrite.stage_cost import pipeline_ns
+from xsim_trace.rewrite.stage_cost import pipeline_ns, ring_allreduce_ns
 from xsim_trace.rewrite.template_set import Templates, as_template_set
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ class SearchStats:
     pruned: int = 0
     infeasible: dict[str, int] = field(default_factory=dict)
     budget_hit: bool = False
+    skipped: int = 0  # structures left when the budget ran out
     replayed: int = 0
     elapsed_s: float = 0.0
 
@@ -126,7 +129,20 @@ def lower_bound_ns(space: Space, replicas: Sequence[Replicas], rates: _LayerRate
         least = sum(times) + (L - len(times)) * min(times)
         inv += r.count / b
         offset += r.count * ((least - b) / v) / b
-    return (space.micro_batches + offset) / inv
+    return (space.micro_batches + offset) / inv + _first_sync_ns(space, replicas, rates)
+
+
+def _first_sync_ns(space: Space, replicas: Sequence[Replicas], rates: "_LayerRates") -> float:
+    """Every pipeline holds layer 0 on its first stage, which finishes last; the DP all-reduce of at
+    least one layer and the embedding over all pipelines starts then (the smallest shard, the
+    slowest NIC)."""
+    n = sum(r.count for r in replicas)
+    if n < 2:
+        return 0.0
+    base = rates.tset.base
+    tp = max(r.parts[0].tp for r in replicas)
+    nic = min(g.nic_gbps for g in space.groups if any(p.group == g.name for r in replicas for p in r.parts))
+    return ring_allreduce_ns((base.layer_grad_bytes + base.pre_grad_bytes) / tp, n, nic / 8.0)
 
 
 def _shares(space: Space, cand: Candidate, tset, cache: dict) -> list[int]:
@@ -233,22 +249,33 @@ def search(space: Space, templates: Templates, *, objective: str = "step", top_k
     stats.candidates = len(bounded) + stats.infeasible.get("memory", 0)
     caches: tuple[dict, dict] = ({}, {})
     scored: list[tuple[float, str, Scored]] = []
+    best_vals: list[float] = []  # the K smallest objective values so far, ascending
+    direct_val: dict[Candidate, float] = {}
     for n, (lb, _, reps, family) in enumerate(bounded):
-        if len(scored) >= top_k and lb >= _kth(scored, top_k, objective):
+        if len(best_vals) >= top_k and lb >= best_vals[top_k - 1]:
             stats.pruned = len(bounded) - n
             break
         if clock() - start > budget_s:
             stats.budget_hit = True
-            stats.pruned = len(bounded) - n
+            stats.skipped = len(bounded) - n
             break
         for cand in variants(space, reps, family):
+            if cand.reshard is not ReshardStrategy.DIRECT and not _direct_close(direct_val, cand, best_vals, top_k):
+                continue  # other strategies move the boundary tensor no faster than direct; try them near the top only
             try:
                 s = _score(space, cand, tset, caches)
             except ConfigError as exc:
                 key = _reason(exc)
                 stats.infeasible[key] = stats.infeasible.get(key, 0) + 1
                 continue
-            scored.append((objective_value(objective, s.estimate), s.candidate.text(), s))
+            val = objective_value(objective, s.estimate)
+            scored.append((val, s.candidate.text(), s))
+            if cand.reshard is ReshardStrategy.DIRECT:
+                direct_val[cand] = val
+            bisect.insort(best_vals, val)
+            del best_vals[top_k:]
+        if len(scored) > 50 * top_k:  # keep what can still enter the top K
+            scored = [x for x in scored if x[0] <= best_vals[-1]]
         stats.evaluated += 1
         if progress:
             progress("closed form", n + 1, len(bounded))
@@ -267,6 +294,12 @@ def search(space: Space, templates: Templates, *, objective: str = "step", top_k
     return SearchResult(tuple(top), stats)
 
 
+def _direct_close(direct_val: dict, cand: Candidate, best_vals: list[float], k: int, slack: float = 0.02) -> bool:
+    """Whether the same structure with direct resharding came within ``slack`` of the K-th best."""
+    mine = direct_val.get(replace(cand, reshard=ReshardStrategy.DIRECT))
+    return mine is not None and (len(best_vals) < k or mine <= best_vals[k - 1] * (1 + slack))
+
+
 def resolved(s: Scored) -> Plan:
     """The scored plan with every stage's layers as its closed form split them (partition given)."""
     from xsim_trace.plan.document import with_counts
@@ -274,11 +307,6 @@ def resolved(s: Scored) -> Plan:
     pipes = tuple(replace(p, stages=with_counts(p.stages, e.counts, s.plan.chunks))
                   for p, e in zip(s.plan.pipelines, s.estimate.pipelines))
     return replace(s.plan, pipelines=pipes, partition="given")
-
-
-def _kth(scored: list, k: int, objective: str) -> float:
-    vals = sorted(v for v, _, _ in scored)
-    return vals[k - 1]
 
 
 def _replay(top: list[Scored], replay, replay_many, n: int, budget_s: float, stats: SearchStats, progress, clock

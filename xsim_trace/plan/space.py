@@ -16,6 +16,7 @@ A :class:`Candidate` fixes the structure; the layer split is the closed form's e
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from dataclasses import dataclass
@@ -88,8 +89,12 @@ class Candidate:
         pipes, k = [], 0
         for ri, r in enumerate(self.replicas):
             st = r.stages()
-            for j in range(r.count):
-                pipes.append(PipelinePlan(st, f"r{ri}.{j}", int(shares[k])))
+            made: dict[int, PipelinePlan] = {}  # replicas with equal shares share one object
+            for _ in range(r.count):
+                m = int(shares[k])
+                if m not in made:
+                    made[m] = PipelinePlan(st, f"r{ri}", m)
+                pipes.append(made[m])
                 k += 1
         return Plan(model=space.model, groups=space.groups, pipelines=tuple(pipes), micro_batches=max(shares),
                     schedule=self.schedule, chunks=self.chunks, reshard=self.reshard, partition="auto",
@@ -198,15 +203,16 @@ def variants(space: Space, reps: tuple[Replicas, ...], family: str) -> Iterator[
 
 def splittable(total: int, steps: Sequence[int]) -> bool:
     """Whether ``total`` is a sum of one positive multiple of each of ``steps``."""
+    need: dict[int, int] = {}
+    for step in steps:  # c pipelines of step d together take any multiple of d from c*d on
+        need[step] = need.get(step, 0) + 1
     reach = 1  # bit k: sum k reachable
     mask = (1 << (total + 1)) - 1
-    for step in steps:
-        nxt, shifted = 0, reach
-        while True:
-            shifted = (shifted << step) & mask
-            if not shifted:
-                break
+    for d, c in need.items():
+        nxt, shifted = 0, (reach << (c * d)) & mask
+        while shifted:
             nxt |= shifted
+            shifted = (shifted << d) & mask
         reach = nxt
         if not reach:
             return False
@@ -228,13 +234,21 @@ def batch_shares(slopes: Sequence[float], offsets: Sequence[float], total: int, 
     inv = sum(1.0 / s for s in slopes)
     level = (total + sum(o / s for o, s in zip(offsets, slopes))) / inv
     shares = [max(a, int(((level - o) / s) // k) * k) for a, o, s, k in zip(lo, offsets, slopes, step)]
-    while sum(shares) > total:  # flooring at the minimums overshot: take from the slowest
+    have = sum(shares)
+    while have > total:  # flooring at the minimums overshot: take from the slowest
         i = max((j for j in range(n) if shares[j] - step[j] >= lo[j]), key=lambda j: (offsets[j] + slopes[j] * shares[j], -j))
         shares[i] -= step[i]
-    while sum(shares) < total:
-        room = [j for j in range(n) if sum(shares) + step[j] <= total]
-        if not room:
-            raise ConfigError(f"{total} micro-batches do not split into multiples of {step}", field="global_batch")
-        i = min(room, key=lambda j: (offsets[j] + slopes[j] * (shares[j] + step[j]), j))
+        have -= step[i]
+    heap = [(offsets[j] + slopes[j] * (shares[j] + step[j]), j) for j in range(n)]
+    heapq.heapify(heap)
+    while have < total:
+        if not heap:
+            raise ConfigError(f"{total} micro-batches do not split into multiples of {sorted(set(step))}",
+                              field="global_batch")
+        _, i = heapq.heappop(heap)
+        if have + step[i] > total:
+            continue  # this pipeline's step no longer fits
         shares[i] += step[i]
+        have += step[i]
+        heapq.heappush(heap, (offsets[i] + slopes[i] * (shares[i] + step[i]), i))
     return shares

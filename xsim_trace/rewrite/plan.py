@@ -9,6 +9,7 @@ chunk); stages without layers are filled by the plan's ``partition`` (``auto`` o
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,11 @@ from xsim_trace.rewrite.reshard import ReshardStrategy
 from xsim_trace.rewrite.schedules import Schedule
 
 DP_STRATEGIES = ("lcm-rings", "single-ring")
+
+
+@functools.lru_cache(maxsize=None)
+def _device_spec(name: str) -> DeviceSpec:
+    return get_device(name)
 RING_ORDERS = ("bandwidth", "as-given")
 PARTITIONS = ("given", "auto", "uniform")
 
@@ -39,7 +45,7 @@ class DeviceGroup:
     nic_gbps: float = 400.0  # per device, inter-node
 
     def spec(self) -> DeviceSpec:
-        return get_device(self.device)
+        return _device_spec(self.device)
 
     @property
     def intra_GBps(self) -> float:
@@ -76,6 +82,7 @@ class Plan:
     reshard: ReshardStrategy = ReshardStrategy.DIRECT
     ring_order: str = "bandwidth"
     partition: str = "given"
+    distributed_optimizer: bool = False  # ZeRO-1: DP reduce-scatters gradients, all-gathers weights
     global_batch: int = 0
     name: str = ""
     source: str = field(default="", compare=False)
@@ -117,7 +124,9 @@ class Plan:
 
 
 PLAN_FIELDS = frozenset({"name", "model", "device_groups", "pipelines", "micro_batches", "global_batch", "schedule",
-                         "chunks", "dp_allreduce", "reshard", "ring_order", "partition"})
+                         "chunks", "dp_allreduce", "reshard", "ring_order", "partition", "grad_reduce_dtype",
+                         "distributed_optimizer"})
+GRAD_DTYPES = {"fp32": 4, "bf16": 2}
 GROUP_FIELDS = frozenset({"name", "device", "count", "devices_per_node", "intra_node_GBps", "nic_gbps"})
 PIPELINE_FIELDS = frozenset({"name", "stages", "replicas", "micro_batches"})
 STAGE_FIELDS = frozenset({"group", "tp", "layers"})
@@ -183,7 +192,8 @@ def _model(c: _Ctx, m: Any) -> ModelSpec:
             spec = ModelSpec.from_workload(get_model(c.get(m, "preset", "model.", str)))
         except ConfigError as exc:
             raise c.err(exc.message, "model.preset") from None
-        base = {k: getattr(spec, k) for k in ModelSpec.__slots__ if k not in ("bytes_per_param_state", "dtype_bytes")}
+        base = {k: getattr(spec, k) for k in ModelSpec.__slots__
+                if k not in ("dtype_bytes", "grad_reduce_bytes", "optimizer_bytes_per_param")}
         m = {k: v for k, v in m.items() if k != "preset"}
     c.keys(m, set(_MODEL_FIELDS) | {"gated_mlp", "name", "preset"}, "model.")
     kw: dict[str, Any] = {k: v for k, v in base.items() if k != "name"}
@@ -218,6 +228,10 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
         raise ConfigError(f"a plan is a mapping, found {type(data).__name__}", file=file)
     c.keys(data, PLAN_FIELDS, "")
     model = _model(c, c.get(data, "model", "", (Mapping, str)))
+    grad_dtype = c.get(data, "grad_reduce_dtype", "", str, "fp32")
+    if grad_dtype not in GRAD_DTYPES:
+        raise c.err(f"unknown gradient dtype {grad_dtype!r} (choose {', '.join(GRAD_DTYPES)})", "grad_reduce_dtype")
+    model = replace(model, grad_reduce_bytes=GRAD_DTYPES[grad_dtype])
     groups: list[DeviceGroup] = []
     for i, g in enumerate(c.get(data, "device_groups", "", list)):
         w = f"device_groups[{i}]."
@@ -291,6 +305,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
         ring_order=c.get(data, "ring_order", "", str, "bandwidth"),
         partition=partition if partition != "given" or not any(not s.chunks for p in pipelines for s in p.stages) else "auto",
         global_batch=c.get(data, "global_batch", "", int, 0),
+        distributed_optimizer=c.get(data, "distributed_optimizer", "", bool, False),
         name=str(data.get("name", Path(file).stem)),
         source=file,
     )
@@ -401,8 +416,8 @@ class StageMemoryParts:
 
     params: int  # parameters on one device (TP shard)
     weights_bytes: int  # bf16 weights
-    grads_bytes: int  # bf16 gradients
-    optimizer_bytes: int  # fp32 master copy + Adam moments (the rest of bytes_per_param_state)
+    grads_bytes: int  # gradients at the model's grad_reduce_bytes (fp32 by default)
+    optimizer_bytes: int  # fp32 master copy + Adam moments (over DP with the distributed optimizer)
     activations_bytes: int
 
     @property
@@ -420,13 +435,15 @@ def stage_memory_parts(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: i
         params += m.embedding_params()
     if stage == len(pipe.stages) - 1:
         params += m.embedding_params()
-    state = params * m.bytes_per_param_state // st.tp
     weights = params * m.dtype_bytes // st.tp
-    grads = params * m.dtype_bytes // st.tp
+    grads = params * m.grad_reduce_bytes // st.tp
+    optimizer = params * m.optimizer_bytes_per_param // st.tp
+    if plan.distributed_optimizer:
+        optimizer //= plan.dp  # sharded over the data-parallel replicas (ZeRO-1)
     inflight = in_flight_microbatches(plan, stage, len(pipe.stages), pipe.micro_batches or None)
     per_chunk_layers = layers / max(1, plan.chunks)
     act = int(inflight * per_chunk_layers * m.layer_activation_bytes(st.tp))
-    return StageMemoryParts(params // st.tp, weights, grads, state - weights - grads, act)
+    return StageMemoryParts(params // st.tp, weights, grads, optimizer, act)
 
 
 def stage_memory_bytes(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: int | None = None) -> int:

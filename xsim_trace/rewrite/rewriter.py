@@ -350,13 +350,21 @@ class _Rewriter:
                 ranks = list(order_ring(in_ring, lambda x, y: info[x].bw_GBps(info[y], plan)))
             pg = self.groups.get(ranks)
             size = ring.size_bytes(grad_bytes)
+            m = plan.model
+            # plain DP all-reduces the gradient; the distributed optimizer reduce-scatters it and
+            # all-gathers the updated weights (at the weights' dtype)
+            steps = ((CollectiveType.ALL_REDUCE, "allreduce", size),) if not plan.distributed_optimizer else (
+                (CollectiveType.REDUCE_SCATTER, "reducescatter", size),
+                (CollectiveType.ALL_GATHER, "allgather", size * m.dtype_bytes // m.grad_reduce_bytes))
             for (p, s, c), r in zip(members, in_ring):
-                self.b[r].add(
-                    f"dp_allreduce_{label}_ring{j}", NodeType.COMM_COLL, [self.last_bwd[(r, c)]],
-                    **{A.COMM_TYPE: int(CollectiveType.ALL_REDUCE), A.COMM_SIZE: size, A.PG_NAME: pg,
-                       A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c,
-                       A.STREAM: coll_stream(pg)},
-                )
+                dep = self.last_bwd[(r, c)]
+                for coll, name, nbytes in steps:
+                    dep = self.b[r].add(
+                        f"dp_{name}_{label}_ring{j}", NodeType.COMM_COLL, [dep],
+                        **{A.COMM_TYPE: int(coll), A.COMM_SIZE: nbytes, A.PG_NAME: pg,
+                           A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c,
+                           A.STREAM: coll_stream(pg)},
+                    )
 
     def traces(self) -> dict[int, Trace]:
         groups_json = comm_groups_to_json(self.groups.as_dict())
