@@ -27,13 +27,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Generate a Megatron-style training iteration as per-rank Chakra traces "
         "(<PREFIX>.<rank>.et + <PREFIX>.comm_groups.json) or a SimAI/AICB text workload.",
     )
-    p.add_argument("--model", help=f"preset ({', '.join(list_models())}) or a name in --model-file")
-    p.add_argument("--model-file", help="YAML file of extra models (models: {name: {fields}})")
+    add_model_flags(p)
     p.add_argument("--plan", help="a spec file (YAML/JSON: model, framework, system; flags are ignored) or a "
                    "deployment plan (device_groups, pipelines: one workload per device group; --model sets or "
                    "checks its model)")
     p.add_argument("--out", required=True, help="output prefix (chakra) or file (simai)")
     p.add_argument("--format", choices=("chakra", "simai"), default="chakra")
+    add_parallelism_flags(p)
+    p.add_argument("--cluster", metavar="FILE_OR_PRESET",
+                   help="deployment plans: write <PREFIX>.cluster.yaml as this cluster with each rank on a device of "
+                        "its plan group (default: a cluster of the plan's device groups)")
+    p.add_argument("--ranks", help="only these ranks, e.g. 0-7,16 (chakra); comm groups still complete")
+    p.add_argument("--summary", help="write estimate + memory JSON here ('-' = stdout)")
+    p.set_defaults(func=cmd_generate)
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help=f"preset ({', '.join(list_models())}) or a name in --model-file")
+    p.add_argument("--model-file", help="YAML file of extra models (models: {name: {fields}})")
+
+
+def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
+    """Parallelism, batch, precision and system flags (shared by generate and estimate)."""
     g = p.add_argument_group("parallelism")
     for flag in ("tp", "pp", "dp", "vpp", "cp", "ep", "etp"):
         g.add_argument(f"--{flag}", type=int, default=0 if flag == "etp" else 1)
@@ -55,12 +70,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--device-file", help="extra devices YAML")
     s.add_argument("--gpus-per-node", type=int, default=8)
     s.add_argument("--nic-gbps", type=float, default=400.0, help="NIC line rate per GPU, Gb/s")
-    p.add_argument("--cluster", metavar="FILE_OR_PRESET",
-                   help="deployment plans: write <PREFIX>.cluster.yaml as this cluster with each rank on a device of "
-                        "its plan group (default: a cluster of the plan's device groups)")
-    p.add_argument("--ranks", help="only these ranks, e.g. 0-7,16 (chakra); comm groups still complete")
-    p.add_argument("--summary", help="write estimate + memory JSON here ('-' = stdout)")
-    p.set_defaults(func=cmd_generate)
+    add_framework_flags(s)
+
+
+def add_framework_flags(group) -> None:
+    """--framework / --cuda-graphs, shared by generate and estimate."""
+    from xsim_trace.workload.families import DEFAULT_FAMILY, list_families
+
+    group.add_argument("--framework", default=DEFAULT_FAMILY,
+                       help=f"framework family: {', '.join(list_families())} (default {DEFAULT_FAMILY}): host cost per "
+                            "module call, CUDA graphs, optimizer launches, per-step host work, gradient dtype")
+    group.add_argument("--cuda-graphs", dest="cuda_graphs", action="store_true", default=None,
+                       help="CUDA graphs on (default: the family's setting)")
+    group.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false")
+
+
+def resolve_family(args: argparse.Namespace):
+    """The --framework family with --cuda-graphs / --no-cuda-graphs applied."""
+    from xsim_trace.workload.families import get_family
+
+    family = get_family(getattr(args, "framework", None))
+    if getattr(args, "cuda_graphs", None) is not None:
+        family = family.with_(cuda_graphs=args.cuda_graphs)
+    return family
 
 
 def _ranks(text: str | None) -> list[int] | None:
@@ -82,6 +114,13 @@ def _ranks(text: str | None) -> list[int] | None:
 def _setup(args: argparse.Namespace):
     if args.plan:
         return load_spec_file(args.plan)
+    return setup_from_args(args)
+
+
+def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int | None = None,
+                    nic_gbps: float | None = None):
+    """The Setup of the model / parallelism / system flags; ``device`` (a DeviceSpec resolved at the
+    boundary, e.g. from --cluster), ``gpus_per_node`` and ``nic_gbps`` replace the flags when given."""
     if not args.model:
         raise ConfigError("give --model (or --plan FILE)", field="--model")
     from xsim_trace.workload.model import get_model
@@ -102,8 +141,10 @@ def _setup(args: argparse.Namespace):
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather,
     )
-    return make_setup(model, fw, args.device, gpus_per_node=args.gpus_per_node, nic_gbps_per_gpu=args.nic_gbps,
-                      device_file=args.device_file)
+    return make_setup(model, fw, device if device is not None else args.device,
+                      gpus_per_node=gpus_per_node or args.gpus_per_node,
+                      nic_gbps_per_gpu=nic_gbps if nic_gbps is not None else args.nic_gbps,
+                      device_file=args.device_file, framework=resolve_family(args))
 
 
 def _deployment_plan(path: str):
@@ -156,6 +197,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     summary = {
         "model": setup.model.name,
         "device": setup.device.name,
+        "framework": setup.family.name if setup.family else None,
         "world_size": setup.fw.world_size,
         "microbatches": setup.fw.microbatches,
         "estimated_step_s": round(est.step_s, 6),

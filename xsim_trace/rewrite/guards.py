@@ -1,15 +1,12 @@
 """Guard rails: a trace, a plan and a cluster must describe the same workload and devices.
 
-A trace generated for sequence length 4096 and rewritten for a plan of 2048 (or replayed on a
-cluster of other GPUs) gives a step that is wrong by the ratio, with no sign of it.  These checks
+A trace generated for sequence length 4096 and rewritten for a plan of 2048 gives a step that is wrong by the ratio, with no sign of it.  These checks
 compare what the trace's metadata says it was computed for (``seq_len``, ``micro_batch_size``,
-``device_name``) with the plan / cluster and raise a :class:`ConfigError` naming both values.
+``device_name``) with the plan and ``--device`` and raise a :class:`ConfigError` naming both values.
 Traces without the metadata (older captures) pass; callers offer a flag to skip the checks.
 """
 
 from __future__ import annotations
-
-from typing import Mapping
 
 from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError, XsimError
@@ -40,13 +37,6 @@ def _canonical(name: str) -> str:
         return name
 
 
-def _known(name: str) -> bool:
-    try:
-        get_device(name)
-    except XsimError:
-        return False
-    return True
-
 
 def check_source_device(trace: Trace, device: str | None, *, source: str, flag: str) -> None:
     """A ``--device`` given for a trace agrees with the device the trace names."""
@@ -54,18 +44,3 @@ def check_source_device(trace: Trace, device: str | None, *, source: str, flag: 
     if device and named and _canonical(str(named)) != _canonical(device):
         raise ConfigError(f"the trace was measured on {_canonical(str(named))}, --device says {_canonical(device)} "
                           f"(pass {flag} to time it as {device})", file=source, field="--device")
-
-
-def check_trace_devices(traces: Mapping[int, Trace], cluster, *, source: str, flag: str) -> None:
-    """Each rank's ``device_name`` is the GPU the cluster puts that rank on."""
-    for rank in sorted(traces):
-        named = traces[rank].metadata.attr(A.META_DEVICE)
-        if not named or rank >= cluster.num_ranks:
-            continue
-        have = cluster.group_of(rank).gpu_type
-        if not _known(have) or not _known(str(named)):
-            continue  # a generic / uncatalogued device says nothing to compare
-        if _canonical(str(named)) != _canonical(have):
-            raise ConfigError(f"rank {rank}'s trace was made for {_canonical(str(named))}, the cluster puts it on "
-                              f"{_canonical(have)} (pass {flag} to replay it there anyway)", file=source,
-                              field="device_name")

@@ -46,6 +46,15 @@ class StageEstimate:
     param_gather_ns: int
     tp_comm_ns: int  # per iteration, serial inside passes
     ep_cp_comm_ns: int
+    #: per iteration on one rank of the stage: GPU kernel time, serial comm by kind (tp/cp/ep),
+    #: host time the device waited for (host-bound issue), pipeline p2p waits exposed
+    compute_ns: int = 0
+    comm_ns: tuple[tuple[str, int], ...] = ()
+    host_exposed_ns: int = 0
+    pp_exposed_ns: int = 0
+
+    def comm(self, kind: str) -> int:
+        return dict(self.comm_ns).get(kind, 0)
 
 
 @dataclass(frozen=True)
@@ -67,52 +76,52 @@ class Estimate:
         s = self.stages[0]
         return 1.0 - s.busy_ns / s.pipeline_end_ns if s.pipeline_end_ns else 0.0
 
+    @property
+    def critical_stage(self) -> StageEstimate:
+        """The stage whose pipeline end + exposed DP sync sets the step (lowest index on ties)."""
+        return max(self.stages, key=lambda st: (st.pipeline_end_ns + st.dp_exposed_ns, -st.stage))
+
 
 def _buckets(total_params: int, fw) -> int:
     size = fw.bucket_size_bytes // GRAD_BYTES if fw.bucket_size_bytes else max(40_000_000, 1_000_000 * fw.dp * fw.cp)
     return max(1, -(-total_params // size))
 
 
-def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, device) -> tuple[int, int]:
+def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, timer: Timer) -> tuple[int, int]:
     """(bytes accessed, duration ns) of the Adam step on one rank of ``stage``: its local
     parameters (sharded over the ``n_dp`` DP ranks under ZeRO), HBM bound, or host bound by its
-    launches (a fixed dozen plus 4 per gradient bucket)."""
-    fw = program.fw
+    launches (the framework family's fixed count plus a set per gradient bucket); the family's
+    per-iteration host work (data loading, bookkeeping) is added."""
+    fw, device, fam = program.fw, timer.device, timer.family
     dense, expert = program.stage_params(stage)
     local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
-    launches = 12 + 4 * buckets + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
+    fixed, per_bucket = (fam.optimizer_fixed_launches, fam.optimizer_launches_per_bucket) if fam else (12, 4)
+    launches = fixed + per_bucket * buckets + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
     nbytes = local * ADAM_BYTES_PER_PARAM
     ns = max(
         kernel_time_ns(KernelClass.OPTIMIZER, 0, nbytes, device, include_overhead=False)
         + launches * device.kernel_overhead_ns,
-        launches * device.host_op_overhead_ns,
+        int(round(launches * timer.host_call_ns)),
     )
-    return nbytes, ns
+    return nbytes, ns + (fam.step_fixed_host_ns if fam else 0)
 
 
-def estimate(program: Program, timer: Timer) -> Estimate:
-    fw, model = program.fw, program.model
-    lay = Layout(fw)
+def _pass_parts(ops: list, rank: int, timer: Timer) -> tuple[int, int, dict[str, int]]:
+    """(pass ns, GPU kernel ns, serial comm ns by kind) of one pass on ``rank``."""
+    compute = 0
+    comm: dict[str, int] = {}
+    for op in ops:
+        ns = timer.device_ns(op, rank)
+        if isinstance(op, CommOp):
+            comm[op.kind.value] = comm.get(op.kind.value, 0) + ns
+        else:
+            compute += ns
+    return timer.pass_ns(ops, rank), compute, comm
+
+
+def _run_schedule(fw, pass_ns: dict, p2p) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Event-ordered pipeline schedule: per stage (end ns, busy ns, last backward pass ns)."""
     pp, m, vpp = fw.pp, fw.microbatches, fw.vpp
-    # pass durations on a representative rank of each stage (tp = cp = dp = 0)
-    pass_ns: dict[tuple[int, int, bool], int] = {}
-    comm_split: dict[int, list[int]] = {s: [0, 0] for s in range(pp)}
-    for (stage, chunk) in sorted(program.chunks):
-        rank = lay.rank(Coord(0, 0, 0, stage))
-        for forward in (True, False):
-            ops = [op for _, op in program.pass_ops(stage, chunk, forward)]
-            for op in ops:
-                if isinstance(op, CommOp):
-                    comm_split[stage][0 if op.kind is CommKind.TP else 1] += timer.device_ns(op, rank) * m
-            pass_ns[(stage, chunk, forward)] = timer.pass_ns(ops, rank)
-    p2p_bytes = pp_activation_bytes(model, fw)
-
-    def p2p(src_stage: int, dst_stage: int) -> int:
-        if src_stage == dst_stage:
-            return 0
-        a, b = lay.rank(Coord(0, 0, 0, src_stage)), lay.rank(Coord(0, 0, 0, dst_stage))
-        return timer.links.p2p_ns(p2p_bytes, timer.links.spans_nodes((a, b)))
-
     total_virtual = pp * vpp
     done: dict[tuple[bool, int, int], int] = {}  # (forward, microbatch, virtual) -> finish ns
     orders = {s: stage_order(fw.schedule, s, pp, m, vpp) for s in range(pp)}
@@ -148,6 +157,39 @@ def estimate(program: Program, timer: Timer) -> Estimate:
                 progressed = True
         if not progressed:
             raise ConfigError("pipeline schedule deadlocked", field="framework.schedule")
+    return free, busy, last_bwd
+
+
+def estimate(program: Program, timer: Timer) -> Estimate:
+    fw, model = program.fw, program.model
+    lay = Layout(fw)
+    pp, m, vpp = fw.pp, fw.microbatches, fw.vpp
+    # pass durations on a representative rank of each stage (tp = cp = dp = 0)
+    pass_ns: dict[tuple[int, int, bool], int] = {}
+    compute: dict[int, int] = {s: 0 for s in range(pp)}
+    host_wait: dict[int, int] = {s: 0 for s in range(pp)}
+    comm: dict[int, dict[str, int]] = {s: {} for s in range(pp)}
+    for (stage, chunk) in sorted(program.chunks):
+        rank = lay.rank(Coord(0, 0, 0, stage))
+        for forward in (True, False):
+            ops = [op for _, op in program.pass_ops(stage, chunk, forward)]
+            total, gpu, by_kind = _pass_parts(ops, rank, timer)
+            pass_ns[(stage, chunk, forward)] = total
+            compute[stage] += gpu * m
+            host_wait[stage] += (total - gpu - sum(by_kind.values())) * m
+            for kind, ns in by_kind.items():
+                comm[stage][kind] = comm[stage].get(kind, 0) + ns * m
+    p2p_bytes = pp_activation_bytes(model, fw)
+
+    def p2p(src_stage: int, dst_stage: int) -> int:
+        if src_stage == dst_stage:
+            return 0
+        a, b = lay.rank(Coord(0, 0, 0, src_stage)), lay.rank(Coord(0, 0, 0, dst_stage))
+        return timer.links.p2p_ns(p2p_bytes, timer.links.spans_nodes((a, b)))
+
+    free, busy, last_bwd = _run_schedule(fw, pass_ns, p2p)
+    free_no_p2p = _run_schedule(fw, pass_ns, lambda a, b: 0)[0] if pp > 1 else free
+    comm_split = {s: [comm[s].get("tp", 0), comm[s].get("cp", 0) + comm[s].get("ep", 0)] for s in range(pp)}
 
     stages = []
     dev = timer.device
@@ -162,17 +204,17 @@ def estimate(program: Program, timer: Timer) -> Estimate:
         dp_ns = 0
         if n_dp > 1:
             dense_grads = dense + (expert if fw.ep == 1 else 0)
-            per_bucket = timer.links.collective_ns(coll, (dense_grads * GRAD_BYTES) // nb, n_dp, inter)
+            per_bucket = timer.links.collective_ns(coll, (dense_grads * timer.grad_reduce_bytes) // nb, n_dp, inter)
             dp_ns = nb * per_bucket
         if expert and fw.ep > 1:
             edp = lay.expert_dp_group(rank)
             if len(edp) > 1:
-                dp_ns += timer.links.collective_ns(coll, expert * GRAD_BYTES, len(edp), timer.links.spans_nodes(edp))
+                dp_ns += timer.links.collective_ns(coll, expert * timer.grad_reduce_bytes, len(edp), timer.links.spans_nodes(edp))
         if fw.overlap_grad_reduce and dp_ns:
             exposed = max(dp_ns - last_bwd[s], dp_ns // nb)
         else:
             exposed = dp_ns
-        _, opt_ns = optimizer_step(program, s, n_dp, nb, dev)
+        _, opt_ns = optimizer_step(program, s, n_dp, nb, timer)
         gather = 0
         if fw.zero_stage >= 1 and n_dp > 1:
             gather = nb * timer.links.collective_ns(CollectiveType.ALL_GATHER, (dense + expert) * PARAM_BYTES // nb, n_dp, inter)
@@ -181,7 +223,9 @@ def estimate(program: Program, timer: Timer) -> Estimate:
         fwd = sum(pass_ns[(s, c, True)] for c in range(vpp))
         bwd = sum(pass_ns[(s, c, False)] for c in range(vpp))
         stages.append(
-            StageEstimate(s, fwd, bwd, free[s], busy[s], exposed, opt_ns, gather, comm_split[s][0], comm_split[s][1])
+            StageEstimate(s, fwd, bwd, free[s], busy[s], exposed, opt_ns, gather, comm_split[s][0], comm_split[s][1],
+                          compute_ns=compute[s], comm_ns=tuple(sorted(comm[s].items())),
+                          host_exposed_ns=max(0, host_wait[s]), pp_exposed_ns=max(0, free[s] - free_no_p2p[s]))
         )
     step = max(st.pipeline_end_ns + st.dp_exposed_ns for st in stages)
     step += max(st.optimizer_ns + st.param_gather_ns for st in stages)
