@@ -235,8 +235,11 @@ def test_engine_and_quick_replay_agree_on_a_heterogeneous_rank_set():
 @pytest.mark.parametrize("strategy,fwd_ns,bwd_ns", [
     # TP2 -> TP4, S = 8000 B, 10 GB/s, no latency.  direct: 4 concurrent 2000 B flows = 200 ns;
     # leader: P2P 4000 B (400) then scatter 2000 B (200) forward, gather 2000 B (200) then P2P
-    # 4000 B (400) backward; broadcast: 4000 B per cluster from one root = 400 ns.
-    ("direct", 200, 200), ("leader", 600, 600), ("broadcast", 400, 400)])
+    # 4000 B (400) backward; broadcast: 4000 B per cluster from one root = 400 ns.  Then the
+    # consumer's TP ranks all-gather the whole 8000 B (ring: (k-1)/k of it per rank): over the 4
+    # destinations 600 ns forward, over the 2 backward 400 ns; after a broadcast each destination
+    # holds its cluster's half, so pairs across the 2 clusters all-gather (400 ns both ways).
+    ("direct", 200 + 600, 200 + 400), ("leader", 600 + 600, 600 + 400), ("broadcast", 400 + 400, 400 + 400)])
 def test_reshard_time_per_boundary_by_hand(strategy, fwd_ns, bwd_ns):
     d = plan_dict(reshard=strategy, device_groups=[{"name": "h100", "device": "H100", "count": 8},
                                                    {"name": "a100", "device": "H100", "count": 8}])
@@ -350,3 +353,43 @@ def test_grad_dtype_and_distributed_optimizer_follow_the_plan():
     sharded = stage_memory_parts(plan, plan.pipelines[0], 0).optimizer_bytes
     whole = stage_memory_parts(plan_from_mapping(base), plan.pipelines[0], 0).optimizer_bytes
     assert sharded * 2 == whole
+
+
+@pytest.mark.parametrize("ts, td", [(2, 4), (4, 2), (6, 4), (4, 6), (8, 1), (1, 4), (4, 4)])
+@pytest.mark.parametrize("strategy", ["direct", "leader", "broadcast"])
+def test_every_strategy_delivers_the_replicated_tensor_bytes_conserved(ts, td, strategy):
+    # the consumer's first op needs the whole boundary tensor on every TP rank: each destination
+    # receives exactly the part its all-gather group needs (S / members), the all-gather's result
+    # is S, and what the sources send is what the destinations receive
+    size = 24 * 8_000  # divisible by every lcm here
+    d = plan_dict(reshard=strategy, model=dict(TINY_MODEL, heads=24, num_layers=4),
+                  device_groups=[{"name": "h100", "device": "H100", "count": 8},
+                                 {"name": "a100", "device": "A100-SXM4-80GB", "count": 8}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": ts, "layers": [0, 2]},
+                                         {"group": "a100", "tp": td, "layers": [2, 4]}]}], micro_batches=1)
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=size))
+    dsts = set(res.layout.of(0, 1))
+    sent = recv = 0
+    got: dict[int, int] = {}
+    gathers: dict[int, tuple[int, int]] = {}
+    for r, t in res.traces.items():
+        for n in t.nodes:
+            if n.attr(A.PP_BOUNDARY) != "p0:v0->v1":
+                continue
+            if n.type == NodeType.COMM_SEND:
+                sent += n.comm_size_bytes
+                if r in dsts:  # a leader destination scatters on what it does not keep
+                    got[r] = got.get(r, 0) - n.comm_size_bytes
+            elif n.type == NodeType.COMM_RECV:
+                recv += n.comm_size_bytes
+                if r in dsts:
+                    got[r] = got.get(r, 0) + n.comm_size_bytes
+            elif int(n.comm_type) == int(CollectiveType.BROADCAST) and n.attr(A.COMM_ROOT) != r and r in dsts:
+                got[r] = got.get(r, 0) + n.comm_size_bytes
+            elif int(n.comm_type) == int(CollectiveType.ALL_GATHER):
+                gathers[r] = (n.comm_size_bytes, len(res.comm_groups[n.pg_name]))
+    assert sent == recv
+    for r in dsts:
+        total, members = gathers.get(r, (size, 1))
+        assert total == size
+        assert got.get(r, 0) * members == size  # the disjoint part of the replicated tensor this rank keeps

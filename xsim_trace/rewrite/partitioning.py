@@ -66,8 +66,9 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
             continue
         ta, tb = pipe.stages[a].tp, pipe.stages[b].tp
         bw = first[a].bw_GBps(first[b], probe)
-        out.append(Boundary(a, b, exchange_ns(act, ta, tb, plan.reshard, bw), exchange_ns(act, tb, ta, plan.reshard, bw),
-                            ta == tb))
+        ga, gb = plan.group(pipe.stages[a].group).intra_GBps, plan.group(pipe.stages[b].group).intra_GBps
+        out.append(Boundary(a, b, exchange_ns(act, ta, tb, plan.reshard, bw, gather_GBps=gb),
+                            exchange_ns(act, tb, ta, plan.reshard, bw, gather_GBps=ga), ta == tb))
     return out
 
 

@@ -12,6 +12,7 @@ COMM_COLL all-reduce per LCM ring, each with its own process group.  Every comm 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -23,7 +24,7 @@ from xsim_trace.rewrite.lcm_rings import lcm_rings
 from xsim_trace.rewrite.partition import PartitionReport
 from xsim_trace.rewrite.partitioning import resolve_partition
 from xsim_trace.rewrite.plan import Plan
-from xsim_trace.rewrite.reshard import ReshardPlan, SenderBalancer, plan_reshard
+from xsim_trace.rewrite.reshard import ReshardPlan, ReshardStrategy, SenderBalancer, plan_reshard
 from xsim_trace.rewrite.rings import order_ring
 from xsim_trace.rewrite.scaling import op_time_ns
 from xsim_trace.rewrite.schedules import PipeOp, stage_ops
@@ -154,12 +155,35 @@ class _Rewriter:
                 nbytes = size // ts
                 self._p2p(s, d, tag, nbytes, "pp", f"{kind}{m}", dict(base, **{A.XFER_PHASE: "pp"}),
                           producer=self.last_compute[s], ex=ex, final=True)
+            self._gather(ex, [list(dsts)], size, "pp", base, f"{kind}{m}")
             return ex
         bal_key = (pipe, v_from, v_to)
         rp = plan_reshard(ts, td, self.plan.reshard, balancer=self.balancers.setdefault(bal_key, SenderBalancer()),
                           total_bytes=size)
         self._reshard(rp, srcs, dsts, size, key, base, ex)
+        g = math.gcd(ts, td)
+        if rp.strategy is ReshardStrategy.BROADCAST:  # each destination holds its cluster's S/G
+            nd = td // g
+            groups = [[dsts[k * nd + j] for k in range(g)] for j in range(nd)]
+        else:  # each destination holds its own S/td shard
+            groups = [list(dsts)]
+        self._gather(ex, groups, size, "reshard", base, f"{kind}{m}")
         return ex
+
+    def _gather(self, ex: _Exchange, groups: list[list[int]], size: int, ckind: str, base: dict, label: str) -> None:
+        """The stage-boundary tensor is replicated on every TP rank of the consumer (its first op
+        needs all of it, no sequence parallelism): each group of destination ranks holding
+        disjoint 1/len(group) parts all-gathers the whole ``size`` bytes once they have arrived."""
+        for members in groups:
+            if len(members) < 2:
+                continue
+            pg = self.groups.get(members)
+            attrs = dict(base)
+            attrs.update({A.COMM_TYPE: int(CollectiveType.ALL_GATHER), A.COMM_SIZE: size, A.PG_NAME: pg,
+                          A.COMM_KIND: ckind, A.STREAM: coll_stream(pg), A.XFER_PHASE: "allgather"})
+            for r in members:
+                deps = [self.last_compute[r], *ex.ready.get(r, [])]
+                ex.ready[r] = [self.b[r].add(f"{ckind}_allgather_{label}_r{r}", NodeType.COMM_COLL, deps, **attrs)]
 
     def _p2p(self, s: int, d: int, tag: int, nbytes: int, ckind: str, label: str, base: dict, *, producer, ex: _Exchange,
              final: bool, send_deps: Iterable[int] = ()) -> int:

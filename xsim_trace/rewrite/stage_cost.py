@@ -55,13 +55,23 @@ def ring_allreduce_ns(size_bytes: float, members: int, bw_GBps: float, latency_n
     return steps * latency_ns + steps * size_bytes / members / bw_GBps
 
 
+def _gather_ns(size_bytes: float, members: int, bw_GBps: float, latency_ns: int) -> float:
+    """Ring all-gather of a ``size_bytes`` result over ``members`` ranks."""
+    if members < 2:
+        return 0.0
+    return (members - 1) * latency_ns + (members - 1) * size_bytes / members / bw_GBps
+
+
 def exchange_ns(size_bytes: int, ts: int, td: int, strategy: ReshardStrategy | str, bw_GBps: float,
-                latency_ns: int = LATENCY_NS) -> float:
+                latency_ns: int = LATENCY_NS, gather_GBps: float | None = None) -> float:
     """One stage-boundary transfer of a ``size_bytes`` tensor from TP ``ts`` to TP ``td``: rank i ->
     rank i with ``S/tp`` when equal, else the strategy's phases one after another, each as long as
-    its busiest endpoint (bytes sent or received) at ``bw_GBps``."""
+    its busiest endpoint (bytes sent or received) at ``bw_GBps``; then the destination ranks
+    all-gather the whole tensor (over ``td``, or over the ``gcd`` clusters after a broadcast) at
+    ``gather_GBps`` (default ``bw_GBps``), as the rewriter does."""
+    gather_bw = gather_GBps or bw_GBps
     if ts == td:
-        return latency_ns + size_bytes / ts / bw_GBps
+        return latency_ns + size_bytes / ts / bw_GBps + _gather_ns(size_bytes, td, gather_bw, latency_ns)
     rp = plan_reshard(ts, td, strategy, total_bytes=size_bytes)
     phases: dict[str, dict[tuple, float]] = {}
     fan: dict[str, int] = {}
@@ -76,7 +86,8 @@ def exchange_ns(size_bytes: int, ts: int, td: int, strategy: ReshardStrategy | s
     for phase, load in phases.items():
         hops = math.ceil(math.log2(fan[phase])) if fan[phase] > 2 else 1
         total += hops * latency_ns + max(load.values()) / bw_GBps
-    return total
+    members = math.gcd(ts, td) if rp.strategy is ReshardStrategy.BROADCAST else td
+    return total + _gather_ns(size_bytes, members, gather_bw, latency_ns)
 
 
 def best_counts(num_layers: int, stages: Sequence[StageCost], micro_batches: int, chunks: int = 1) -> tuple[int, ...]:
