@@ -233,6 +233,8 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
             A.META_WORLD_SIZE: fw.world_size,
             A.META_SOURCE: SOURCE,
             A.META_DEVICE: dev.name,
+            A.META_SEQ_LEN: model.seq_len,
+            A.META_MICRO_BATCH: fw.micro_batch,
         }
     )
     return Trace(metadata=meta, nodes=tuple(b.nodes), rank=rank)
