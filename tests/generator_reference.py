@@ -15,7 +15,7 @@ from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace, comm_groups_to_json, make_metadata, make_node
-from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, GRAD_BYTES, OPT_LAUNCHES_PER_TENSOR, PARAM_BYTES, _buckets
+from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, OPT_LAUNCHES_PER_TENSOR, PARAM_BYTES, _buckets
 from xsim_trace.workload.generator import SOURCE, GroupRegistry, Workload
 from xsim_trace.workload.layout import Coord, Layout
 from xsim_trace.workload.ops import CommKind, CommOp, pp_activation_bytes
@@ -153,7 +153,8 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
     if len(dp_members) > 1:
         pg = groups.id_of(dp_members)
         inter = timer.links.spans_nodes(dp_members)
-        size = dense * GRAD_BYTES // nb + (expert * GRAD_BYTES // nb if fw.ep == 1 else 0)
+        gb = timer.grad_reduce_bytes
+        size = dense * gb // nb + (expert * gb // nb if fw.ep == 1 else 0)
         dur = timer.links.collective_ns(coll, size, len(dp_members), inter)
         prev_bucket = None
         for k in range(nb):
@@ -176,14 +177,14 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
     if expert and fw.ep > 1:
         edp = lay.expert_dp_group(rank)
         if len(edp) > 1:
-            dur = timer.links.collective_ns(coll, expert * GRAD_BYTES, len(edp), timer.links.spans_nodes(edp))
+            dur = timer.links.collective_ns(coll, expert * timer.grad_reduce_bytes, len(edp), timer.links.spans_nodes(edp))
             bucket_ids.append(
                 b._add(
                     "dp_expert_grads",
                     NodeType.COMM_COLL,
                     [last_compute, bucket_ids[-1] if bucket_ids else None],
                     comm_type=int(coll),
-                    comm_size=expert * GRAD_BYTES,
+                    comm_size=expert * timer.grad_reduce_bytes,
                     pg_name=groups.id_of(edp),
                     comm_kind=CommKind.DP.value,
                     duration_ns=dur,
@@ -193,12 +194,14 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
     # -- optimizer ------------------------------------------------------------------------------
     dev = timer.device
     local = (dense + expert) // (len(dp_members) if fw.zero_stage >= 1 else 1)
-    launches = 12 + 4 * nb + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
+    fam = timer.family
+    fixed, per_bucket = (fam.optimizer_fixed_launches, fam.optimizer_launches_per_bucket) if fam else (12, 4)
+    launches = fixed + per_bucket * nb + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
     opt_ns = max(
         kernel_time_ns(KernelClass.OPTIMIZER, 0, local * ADAM_BYTES_PER_PARAM, dev, include_overhead=False)
         + launches * dev.kernel_overhead_ns,
-        launches * dev.host_op_overhead_ns,
-    )
+        int(round(launches * timer.host_call_ns)),
+    ) + (fam.step_fixed_host_ns if fam else 0)
     b.prev = last_compute
     b.chain(
         "optimizer_step",

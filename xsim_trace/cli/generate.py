@@ -55,12 +55,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--device-file", help="extra devices YAML")
     s.add_argument("--gpus-per-node", type=int, default=8)
     s.add_argument("--nic-gbps", type=float, default=400.0, help="NIC line rate per GPU, Gb/s")
+    add_framework_flags(s)
     p.add_argument("--cluster", metavar="FILE_OR_PRESET",
                    help="deployment plans: write <PREFIX>.cluster.yaml as this cluster with each rank on a device of "
                         "its plan group (default: a cluster of the plan's device groups)")
     p.add_argument("--ranks", help="only these ranks, e.g. 0-7,16 (chakra); comm groups still complete")
     p.add_argument("--summary", help="write estimate + memory JSON here ('-' = stdout)")
     p.set_defaults(func=cmd_generate)
+
+
+def add_framework_flags(group) -> None:
+    """--framework / --cuda-graphs, shared by generate and estimate."""
+    from xsim_trace.workload.families import DEFAULT_FAMILY, list_families
+
+    group.add_argument("--framework", default=DEFAULT_FAMILY,
+                       help=f"framework family: {', '.join(list_families())} (default {DEFAULT_FAMILY}): host cost per "
+                            "module call, CUDA graphs, optimizer launches, per-step host work, gradient dtype")
+    group.add_argument("--cuda-graphs", dest="cuda_graphs", action="store_true", default=None,
+                       help="CUDA graphs on (default: the family's setting)")
+    group.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false")
+
+
+def resolve_family(args: argparse.Namespace):
+    """The --framework family with --cuda-graphs / --no-cuda-graphs applied."""
+    from xsim_trace.workload.families import get_family
+
+    family = get_family(getattr(args, "framework", None))
+    if getattr(args, "cuda_graphs", None) is not None:
+        family = family.with_(cuda_graphs=args.cuda_graphs)
+    return family
 
 
 def _ranks(text: str | None) -> list[int] | None:
@@ -103,7 +126,7 @@ def _setup(args: argparse.Namespace):
         overlap_param_gather=args.overlap_param_gather,
     )
     return make_setup(model, fw, args.device, gpus_per_node=args.gpus_per_node, nic_gbps_per_gpu=args.nic_gbps,
-                      device_file=args.device_file)
+                      device_file=args.device_file, framework=resolve_family(args))
 
 
 def _deployment_plan(path: str):
@@ -156,6 +179,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     summary = {
         "model": setup.model.name,
         "device": setup.device.name,
+        "framework": setup.family.name if setup.family else None,
         "world_size": setup.fw.world_size,
         "microbatches": setup.fw.microbatches,
         "estimated_step_s": round(est.step_s, 6),

@@ -73,21 +73,23 @@ def _buckets(total_params: int, fw) -> int:
     return max(1, -(-total_params // size))
 
 
-def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, device) -> tuple[int, int]:
+def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, timer: Timer) -> tuple[int, int]:
     """(bytes accessed, duration ns) of the Adam step on one rank of ``stage``: its local
     parameters (sharded over the ``n_dp`` DP ranks under ZeRO), HBM bound, or host bound by its
-    launches (a fixed dozen plus 4 per gradient bucket)."""
-    fw = program.fw
+    launches (the framework family's fixed count plus a set per gradient bucket); the family's
+    per-iteration host work (data loading, bookkeeping) is added."""
+    fw, device, fam = program.fw, timer.device, timer.family
     dense, expert = program.stage_params(stage)
     local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
-    launches = 12 + 4 * buckets + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
+    fixed, per_bucket = (fam.optimizer_fixed_launches, fam.optimizer_launches_per_bucket) if fam else (12, 4)
+    launches = fixed + per_bucket * buckets + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
     nbytes = local * ADAM_BYTES_PER_PARAM
     ns = max(
         kernel_time_ns(KernelClass.OPTIMIZER, 0, nbytes, device, include_overhead=False)
         + launches * device.kernel_overhead_ns,
-        launches * device.host_op_overhead_ns,
+        int(round(launches * timer.host_call_ns)),
     )
-    return nbytes, ns
+    return nbytes, ns + (fam.step_fixed_host_ns if fam else 0)
 
 
 def estimate(program: Program, timer: Timer) -> Estimate:
@@ -162,17 +164,17 @@ def estimate(program: Program, timer: Timer) -> Estimate:
         dp_ns = 0
         if n_dp > 1:
             dense_grads = dense + (expert if fw.ep == 1 else 0)
-            per_bucket = timer.links.collective_ns(coll, (dense_grads * GRAD_BYTES) // nb, n_dp, inter)
+            per_bucket = timer.links.collective_ns(coll, (dense_grads * timer.grad_reduce_bytes) // nb, n_dp, inter)
             dp_ns = nb * per_bucket
         if expert and fw.ep > 1:
             edp = lay.expert_dp_group(rank)
             if len(edp) > 1:
-                dp_ns += timer.links.collective_ns(coll, expert * GRAD_BYTES, len(edp), timer.links.spans_nodes(edp))
+                dp_ns += timer.links.collective_ns(coll, expert * timer.grad_reduce_bytes, len(edp), timer.links.spans_nodes(edp))
         if fw.overlap_grad_reduce and dp_ns:
             exposed = max(dp_ns - last_bwd[s], dp_ns // nb)
         else:
             exposed = dp_ns
-        _, opt_ns = optimizer_step(program, s, n_dp, nb, dev)
+        _, opt_ns = optimizer_step(program, s, n_dp, nb, timer)
         gather = 0
         if fw.zero_stage >= 1 and n_dp > 1:
             gather = nb * timer.links.collective_ns(CollectiveType.ALL_GATHER, (dense + expert) * PARAM_BYTES // nb, n_dp, inter)

@@ -2,7 +2,7 @@
 
     model: llama2-7b            # a preset name, or a mapping of ModelSpec fields (``base:`` allowed)
     framework: {tp: 2, pp: 2, dp: 2, micro_batch: 1, global_batch: 16, sequence_parallel: true}
-    system: {device: H100, gpus_per_node: 8, nic_gbps_per_gpu: 400}
+    system: {device: H100, gpus_per_node: 8, nic_gbps_per_gpu: 400, framework: megatron-core}
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from xsim_trace.devices.catalog import get_device, load_catalog
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.workload.comm import LinkModel
+from xsim_trace.workload.families import FrameworkFamily, get_family
 from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.model import ModelSpec, get_model
 from xsim_trace.workload.program import Program
@@ -26,7 +27,7 @@ from xsim_trace.workload.timing import Timer
 
 _FW_FIELDS = {f.name for f in dataclasses.fields(Framework)}
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
-_SYSTEM_FIELDS = {"device", "gpus_per_node", "nic_gbps_per_gpu", "device_file"}
+_SYSTEM_FIELDS = {"device", "gpus_per_node", "nic_gbps_per_gpu", "device_file", "framework"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class Setup:
     def device(self) -> DeviceSpec:
         return self.timer.device
 
+    @property
+    def family(self) -> "FrameworkFamily | None":
+        return self.timer.family
+
 
 def make_setup(
     model: "ModelSpec | str",
@@ -55,10 +60,14 @@ def make_setup(
     gpus_per_node: int = 8,
     nic_gbps_per_gpu: float = 400.0,
     device_file: "str | os.PathLike[str] | None" = None,
+    framework: "str | FrameworkFamily | None" = None,
 ) -> Setup:
+    """Resolve names once: the model, the device (built-in catalog plus ``device_file``) and the
+    framework family (default :data:`~xsim_trace.workload.families.DEFAULT_FAMILY`)."""
     dev = load_catalog(device_file).get(device) if device_file else get_device(device)
+    family = get_family(framework)
     program = Program(get_model(model), fw)
-    return Setup(program, Timer(dev, LinkModel.for_device(dev, gpus_per_node, nic_gbps_per_gpu), fw))
+    return Setup(program, Timer(dev, LinkModel.for_device(dev, gpus_per_node, nic_gbps_per_gpu), fw, family=family))
 
 
 def _model(raw: Any, source: str) -> ModelSpec:
@@ -111,6 +120,7 @@ def load_spec_file(path: "str | os.PathLike[str]") -> Setup:
             gpus_per_node=int(sys_raw.get("gpus_per_node", 8)),
             nic_gbps_per_gpu=float(sys_raw.get("nic_gbps_per_gpu", 400.0)),
             device_file=sys_raw.get("device_file"),
+            framework=sys_raw.get("framework"),
         )
     except XsimError as exc:
         if "file" in exc.context:

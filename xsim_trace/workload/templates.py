@@ -22,7 +22,7 @@ from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, make_node
-from xsim_trace.workload.estimate import GRAD_BYTES, PARAM_BYTES, _buckets, optimizer_step
+from xsim_trace.workload.estimate import PARAM_BYTES, _buckets, optimizer_step
 from xsim_trace.workload.layout import Coord, Layout
 from xsim_trace.workload.ops import CommKind, CommOp, Op, pp_activation_bytes
 from xsim_trace.workload.program import Program
@@ -176,7 +176,8 @@ class RankContext:
         coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
         bucket = expert_ns = allgather = 0
         if len(dp_members) > 1:
-            size = dense * GRAD_BYTES // nb + (expert * GRAD_BYTES // nb if fw.ep == 1 else 0)
+            gb = timer.grad_reduce_bytes
+            size = dense * gb // nb + (expert * gb // nb if fw.ep == 1 else 0)
             bucket = links.collective_ns(coll, size, len(dp_members), links.spans_nodes(dp_members))
             if fw.zero_stage >= 1:
                 size = (dense + expert) * PARAM_BYTES // nb
@@ -186,7 +187,7 @@ class RankContext:
         if expert and fw.ep > 1:
             edp = lay.expert_dp_group(rank)
             if len(edp) > 1:
-                expert_ns = links.collective_ns(coll, expert * GRAD_BYTES, len(edp), links.spans_nodes(edp))
+                expert_ns = links.collective_ns(coll, expert * timer.grad_reduce_bytes, len(edp), links.spans_nodes(edp))
         return RankTiming(c.pp, op_ns, send_ns, bucket, expert_ns, allgather)
 
     def peer(self, c: Coord, stage: int) -> int:
@@ -348,7 +349,8 @@ class _TemplateBuilder:
         last_compute = self.prev
         bucket_ids: list[int] = []
         if n_dp > 1:
-            size = dense * GRAD_BYTES // nb + (expert * GRAD_BYTES // nb if fw.ep == 1 else 0)
+            gb = timer.grad_reduce_bytes
+            size = dense * gb // nb + (expert * gb // nb if fw.ep == 1 else 0)
             dur = timing.dp_bucket_ns
             prev_bucket = None
             for k in range(nb):
@@ -378,7 +380,7 @@ class _TemplateBuilder:
                     [last_compute, bucket_ids[-1] if bucket_ids else None],
                     {A.PG_NAME: EXPERT_DP},
                     comm_type=int(coll),
-                    comm_size=expert * GRAD_BYTES,
+                    comm_size=expert * timer.grad_reduce_bytes,
                     pg_name=_PG_PLACEHOLDER,
                     comm_kind=CommKind.DP.value,
                     duration_ns=dur,
@@ -386,7 +388,7 @@ class _TemplateBuilder:
                 )
             )
         # -- optimizer --------------------------------------------------------------------------
-        opt_bytes, opt_ns = optimizer_step(program, stage, n_dp, nb, timer.device)
+        opt_bytes, opt_ns = optimizer_step(program, stage, n_dp, nb, timer)
         self.prev = last_compute
         self.chain(
             "optimizer_step",

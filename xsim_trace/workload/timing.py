@@ -9,12 +9,13 @@ overhead stands for)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.framework import Framework
+from xsim_trace.workload.families import FrameworkFamily
 from xsim_trace.workload.host import HostModel
 from xsim_trace.workload.layout import Layout
 from xsim_trace.workload.ops import CommKind, CommOp, ComputeOp, Op
@@ -25,8 +26,30 @@ class Timer:
     device: DeviceSpec
     links: LinkModel
     fw: Framework
-    #: per-kind scaling of the device's per-call host cost (defaults: a plain per-call model)
-    host: HostModel = field(default_factory=HostModel)
+    #: per-kind scaling of the per-call host cost; None = the family's (or a plain per-call model
+    #: without a family)
+    host: HostModel | None = None
+    #: the framework family (host cost per module call, CUDA graphs, optimizer launches, per-step
+    #: host work, gradient element size).  None = bare timing: host cost only from the device
+    #: catalog's ``host_op_overhead_ns`` (0 for every built-in device), Megatron's other defaults.
+    family: FrameworkFamily | None = None
+
+    @property
+    def host_model(self) -> HostModel:
+        if self.host is not None:
+            return self.host
+        return self.family.host if self.family is not None else HostModel()
+
+    @property
+    def host_call_ns(self) -> float:
+        """Host cost of one framework module call (device override, else the family's)."""
+        if self.family is None:
+            return float(self.device.host_op_overhead_ns)
+        return self.family.module_host_ns(self.device.host_op_overhead_ns)
+
+    @property
+    def grad_reduce_bytes(self) -> int:
+        return self.family.grad_reduce_bytes if self.family is not None else 4
 
     @property
     def layout(self) -> Layout:
@@ -40,8 +63,8 @@ class Timer:
     def host_ns(self, op: Op) -> int:
         if isinstance(op, CommOp):
             return 0
-        factor = self.host.factor(op.host_group, self.fw.ep)
-        return int(round(op.kernels * op.host_weight * self.device.host_op_overhead_ns * factor))
+        factor = self.host_model.factor(op.host_group, self.fw.ep)
+        return int(round(op.kernels * op.host_weight * self.host_call_ns * factor))
 
     def group(self, kind: CommKind, rank: int) -> tuple[int, ...]:
         lay = self.layout

@@ -1,0 +1,152 @@
+"""Training-framework families: what a software stack adds to the GPU work of a step.
+
+A :class:`FrameworkFamily` is a frozen set of the stack's costs that are not kernels: the host
+(Python + PyTorch eager dispatch) cost of one framework module call and its per-kind factors
+(:class:`~xsim_trace.workload.host.HostModel`), CUDA graphs (which replace most of that host work
+by graph launches), the optimizer step's host launches, per-iteration host work (data loading,
+logging, loss bookkeeping) and the gradient element size of the data-parallel reduction.
+
+``--framework NAME`` on ``xsim generate`` / ``xsim estimate`` resolves through :func:`get_family`
+(canonical name or alias, case-insensitive); the default is :data:`DEFAULT_FAMILY`
+(``megatron-core``).  A device catalog entry with ``host_op_overhead_ns > 0`` overrides the
+family's per-call cost (a measured container/CPU beats a family default).
+
+Where the numbers come from is in each entry's ``source``; docs/workload.md has the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from xsim_trace.errors import ConfigError
+from xsim_trace.workload.host import HostModel
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkFamily:
+    """One framework family's non-kernel costs.  Times are integer ns; sizes bytes."""
+
+    name: str
+    description: str
+    source: str
+    #: host cost of one framework module call in eager mode (Python + dispatch + launch)
+    host_module_ns: int
+    #: per-kind scaling of ``host_module_ns`` (MoE block, unfused attention core)
+    host: HostModel = field(default_factory=HostModel)
+    #: CUDA graphs capture the layers: the host issues graphs, not modules
+    cuda_graphs: bool = False
+    #: with CUDA graphs, the fraction of the eager host cost per module that remains
+    graph_host_fraction: float = 0.05
+    #: host launches of one optimizer step: a fixed part plus one set per gradient bucket
+    optimizer_fixed_launches: int = 12
+    optimizer_launches_per_bucket: int = 4
+    #: exposed host time per iteration to fetch the batch (0: a prefetching loader hides it)
+    data_loading_ns: int = 0
+    #: other host work per iteration outside the passes (logging, loss sync, callbacks)
+    step_host_ns: int = 0
+    #: bytes per gradient element in the data-parallel reduction (fp32 main grads: 4; bf16: 2)
+    grad_reduce_bytes: int = 4
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"framework_family.{self.name}"
+        for name in ("host_module_ns", "optimizer_fixed_launches", "optimizer_launches_per_bucket",
+                     "data_loading_ns", "step_host_ns"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"expected a non-negative integer, found {value!r}", field=f"{where}.{name}")
+        if not 0.0 <= self.graph_host_fraction <= 1.0:
+            raise ConfigError(f"expected a fraction in [0, 1], found {self.graph_host_fraction!r}",
+                              field=f"{where}.graph_host_fraction")
+        if self.grad_reduce_bytes not in (2, 4):
+            raise ConfigError(f"expected 2 (bf16) or 4 (fp32), found {self.grad_reduce_bytes!r}",
+                              field=f"{where}.grad_reduce_bytes")
+
+    def module_host_ns(self, device_override_ns: int = 0) -> float:
+        """Host cost of one module call: the device catalog's override when set, else the family's,
+        reduced to ``graph_host_fraction`` under CUDA graphs."""
+        base = device_override_ns or self.host_module_ns
+        return base * (self.graph_host_fraction if self.cuda_graphs else 1.0)
+
+    @property
+    def step_fixed_host_ns(self) -> int:
+        """Host time per iteration outside the passes (data loading + bookkeeping)."""
+        return self.data_loading_ns + self.step_host_ns
+
+    def with_(self, **changes) -> "FrameworkFamily":
+        return dataclasses.replace(self, **changes)
+
+
+#: Megatron-core (Megatron-LM's training loop, TE layers, eager).  The host per-module cost is the
+#: median of the three Megatron-LM CI containers' fits (tools/accuracy_megatron.py --fit: dev A100
+#: 350 us, lts A100 260 us, dev H100 250 us); the per-kind factors are their medians too.
+MEGATRON_CORE = FrameworkFamily(
+    name="megatron-core",
+    description="Megatron-LM / Megatron-core training loop, eager mode, fp32 main grads",
+    source="fitted on Megatron-LM CI step times (../shared/reference/megatron_ci_step_times.csv, "
+    "median of the per-container fits); optimizer launches from Megatron's distributed optimizer "
+    "(one fused Adam multi-tensor pass per bucket)",
+    host_module_ns=260_000,
+    host=HostModel(moe_factor=1.6, attention_core_factor=0.3),
+    aliases=("megatron", "mcore", "megatron-lm", "megatron_core"),
+)
+
+#: NeMo 2 on Megatron-core: the same layers under PyTorch Lightning, whose per-step hooks
+#: (callbacks, logging, checkpoint-condition checks) add host time per iteration (``step_host_ns``).
+NEMO = dataclasses.replace(
+    MEGATRON_CORE,
+    name="nemo",
+    description="NeMo 2 (Lightning) on Megatron-core: Megatron-core layers plus Lightning per-step hooks",
+    source="Megatron-core's costs; no NeMo row in ../shared/reference to fit Lightning's per-step hooks "
+    "on, so step_host_ns stays 0 until one is (set it with a family override)",
+    aliases=("nemo2", "nemo-megatron"),
+)
+
+#: torchtitan: FSDP2 (per-layer parameter all-gather, gradient reduce-scatter), eager by default.
+#: Its modules are plain PyTorch (no TE), with FSDP2 pre/post hooks per layer.
+TORCHTITAN = FrameworkFamily(
+    name="torchtitan",
+    description="torchtitan / FSDP2: per-layer sharded parameters, eager PyTorch modules, fp32 gradient reduction",
+    source="torchtitan defaults (MixedPrecisionPolicy param bf16, reduce fp32); host per-module cost as "
+    "megatron-core (same eager PyTorch dispatch), not fitted on a torchtitan row",
+    host_module_ns=260_000,
+    host=HostModel(moe_factor=1.6, attention_core_factor=0.3),
+    optimizer_fixed_launches=12,
+    optimizer_launches_per_bucket=0,
+    aliases=("fsdp2", "titan", "torch-titan"),
+)
+
+#: DeepSpeed: placeholder with Megatron-core's host costs; helper "h" (issue 17) owns this entry.
+DEEPSPEED = FrameworkFamily(
+    name="deepspeed",
+    description="DeepSpeed ZeRO engine (placeholder: Megatron-core's host costs until calibrated)",
+    source="placeholder: megatron-core values; to be replaced by a calibrated entry",
+    host_module_ns=260_000,
+    host=HostModel(moe_factor=1.6, attention_core_factor=0.3),
+    aliases=("ds", "deepspeed-zero"),
+)
+
+DEFAULT_FAMILY = MEGATRON_CORE.name
+
+FAMILIES: Mapping[str, FrameworkFamily] = {f.name: f for f in (MEGATRON_CORE, NEMO, TORCHTITAN, DEEPSPEED)}
+
+
+def _key(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def list_families() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def get_family(name: "str | FrameworkFamily | None" = None) -> FrameworkFamily:
+    """The family named ``name`` (canonical or alias, case-insensitive); None -> the default."""
+    if isinstance(name, FrameworkFamily):
+        return name
+    key = _key(name or DEFAULT_FAMILY)
+    for fam in FAMILIES.values():
+        if key == fam.name or key in {_key(a) for a in fam.aliases}:
+            return fam
+    raise ConfigError(f"unknown framework {name!r}; known frameworks: {', '.join(list_families())}", field="framework")
