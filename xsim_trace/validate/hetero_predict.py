@@ -118,7 +118,7 @@ FITTED = HeteroCalibration(
     host_module_ns=(("alps", 0), ("aws", 400_000)),
     pcie_efficiency=0.3,
     tcp_efficiency=0.7,
-    reserved_GiB=3.5,
+    reserved_GiB=2.5,
     step_host_ns=20_000_000,
 )
 
