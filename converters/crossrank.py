@@ -13,6 +13,7 @@ p2p operations, blocking or not, therefore completes it without deadlock.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -77,7 +78,10 @@ def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> 
     """Set the Chakra comm attributes on every comm node; return the comm groups.
 
     ``alltoall``: "p2p" (per-peer SEND/RECV, default) or "coll" (one COMM_COLL ALL_TO_ALL).
+    The groups come back with ASTRA-sim's ids (:func:`astra_group_ids`): the world is pg "0" and
+    left out, every other group has a positive integer id.
     """
+    ranks = list(ranks)
     groups: dict[str, tuple[int, ...]] = {}
     sequences: dict[str, dict[int, list[str]]] = {}
     uneven: dict[tuple[str, int], list] = {}  # coll-mode all-to-alls by (pg, issue index)
@@ -127,9 +131,74 @@ def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> 
         if len(seqs) > 1:
             log.warning("process group %s: ranks issue different NCCL sequences (%s)", pg,
                         "; ".join(f"rank {k}: {len(v)} ops" for k, v in sorted(per_rank.items())))
-    if "0" not in groups and world_size:
-        groups["0"] = tuple(range(world_size))
-    return groups
+    match_p2p_sizes(ranks)
+    rename = astra_group_ids(groups, world_size)
+    for r in ranks:
+        for op in r.ops:
+            attrs = op.node.attrs
+            if A.PG_NAME in attrs:
+                attrs[A.PG_NAME] = rename[attrs[A.PG_NAME]]
+    return {rename[pg]: members for pg, members in groups.items() if rename[pg] != WORLD_PG}
+
+
+#: the process group every simulator reads as "all ranks" without a comm-group entry
+WORLD_PG = "0"
+
+
+def astra_group_ids(groups: Mapping[str, Sequence[int]], world_size: int) -> dict[str, str]:
+    """Old pg name -> the id written: ASTRA-sim reads pg_name "" or "0" as the world, aborts on a
+    comm-group entry with id 0 and parses every other id as an integer.  So the world group "0"
+    stays "0" (and out of the file); positive integer names are kept; any other group (a
+    non-numeric name, or a "0" that is not the world) gets the next free integer, in name order."""
+    world = tuple(range(world_size))
+    rename: dict[str, str] = {}
+    taken: set[int] = set()
+    for pg, members in groups.items():
+        if pg in ("", WORLD_PG) and tuple(sorted(members)) == world:
+            rename[pg] = WORLD_PG
+        elif pg.isdigit() and int(pg) > 0 and str(int(pg)) == pg:
+            rename[pg] = pg
+            taken.add(int(pg))
+    next_id = max(taken, default=0) + 1
+    for pg in sorted(groups):
+        if pg not in rename:
+            rename[pg] = str(next_id)
+            next_id += 1
+    return rename
+
+
+def _p2p_parts(node) -> list[tuple[NodeType, dict]]:
+    """(type, comm attrs) of a comm node's SEND / RECV parts: its expansion, or itself."""
+    if node.expand:
+        return [(t, attrs) for t, _name, attrs in node.expand if t in (NodeType.COMM_SEND, NodeType.COMM_RECV)]
+    if node.type in (NodeType.COMM_SEND, NodeType.COMM_RECV):
+        return [(node.type, node.attrs)]
+    return []
+
+
+def match_p2p_sizes(ranks: Sequence[RankOps]) -> None:
+    """Give each receive the size of the send it pairs with (the k-th send and the k-th receive of
+    one (pg, src, dst, tag), in issue order): simulators pair them by (tag, src, dst, size), and an
+    uneven all-to-all split by each side's own byte count disagrees."""
+    sends: dict[tuple, list[int]] = defaultdict(list)
+    recvs: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ranks:
+        for op in sorted(r.ops, key=lambda o: (o.issue_ns, o.node.seq)):
+            pg = op.node.attrs.get(A.PG_NAME)
+            for kind, attrs in _p2p_parts(op.node):
+                key = (pg, attrs[A.COMM_SRC], attrs[A.COMM_DST], attrs[A.COMM_TAG])
+                if kind is NodeType.COMM_SEND:
+                    sends[key].append(attrs[A.COMM_SIZE])
+                else:
+                    recvs[key].append(attrs)
+    changed = 0
+    for key, attrs_list in recvs.items():
+        for attrs, size in zip(attrs_list, sends.get(key, ())):
+            if attrs[A.COMM_SIZE] != size:
+                attrs[A.COMM_SIZE] = size
+                changed += 1
+    if changed:
+        log.info("%d receive(s) take the byte count of their send (the two sides' counts differ)", changed)
 
 
 def _expand_alltoall(node, info: CommInfo, rank: int, members: Sequence[int], tag: int) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
 from xsim_trace.graph import attrs as A
+from xsim_trace.graph.bounds import MAX_WORLD_SIZE
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import Trace
 
@@ -640,6 +641,9 @@ def assign_ranks(kts: Sequence[KinetoTrace]) -> dict[int, KinetoTrace]:
             rank = hint if hint is not None else pos
         if rank in ranks:
             raise FormatError(f"two input files claim rank {rank} (also {ranks[rank].name})", file=kt.name, rank=rank)
+        if not 0 <= rank < MAX_WORLD_SIZE:
+            raise FormatError(f"rank {rank} (from the file name) is out of range (0..{MAX_WORLD_SIZE - 1})",
+                              file=kt.name)
         ranks[rank] = kt
     return dict(sorted(ranks.items()))
 

@@ -15,6 +15,8 @@ from typing import IO, Any, Callable
 import ijson
 
 from xsim_trace.errors import FormatError
+from xsim_trace.graph.bounds import MAX_WORLD_SIZE
+from xsim_trace.io.json_input import GuardedReader, checked_us
 
 CHUNK_BYTES = 1 << 18  # smaller chunks: fewer parsed-but-unreduced events alive at once
 NS_PER_US = 1000
@@ -103,24 +105,30 @@ class KinetoTrace:
 
 
 def _to_ns(value: Any, idx: int, key: str, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise FormatError(f"event {idx}: {key!r} is not a number ({value!r})", file=name, event=idx) from None
-        else:
-            raise FormatError(f"event {idx}: {key!r} is missing or not a number", file=name, event=idx)
-    return int(round(value * NS_PER_US))
+    value = checked_us(value, key, name, idx)
+    return int(round(value * NS_PER_US)) if not isinstance(value, int) else value * NS_PER_US
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _thread_id(value: Any, idx: int, key: str, name: str) -> Any:
+    """A pid / tid: absent, text, or an int64 (an integral float becomes an int)."""
+    if value is None or isinstance(value, str):
+        return value
+    n = _opt_int(value)
+    if n is None:
+        raise FormatError(f"{key!r} must be an integer or a string, found {str(value)[:40]}", file=name, event=idx)
+    return n
 
 
 def _opt_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
+        return value
     return None
 
 
@@ -140,7 +148,7 @@ class _Reducer:
         if raw.get("ph") != "X":
             return
         cat = raw.get("cat")
-        if cat not in KEPT_CATS:
+        if not isinstance(cat, str) or cat not in KEPT_CATS:
             return
         name = raw.get("name")
         if not isinstance(name, str):
@@ -167,7 +175,8 @@ class _Reducer:
         if stream is None and cat in GPU_CATS:
             stream = _opt_int(raw.get("tid"))
         small = self._small
-        pid, tid = raw.get("pid"), raw.get("tid")
+        pid = _thread_id(raw.get("pid"), idx, "pid", self.name)
+        tid = _thread_id(raw.get("tid"), idx, "tid", self.name)
         pid = small.setdefault(pid, pid) if isinstance(pid, (int, str)) else pid
         tid = small.setdefault(tid, tid) if isinstance(tid, (int, str)) else tid
         if stream is not None:
@@ -181,6 +190,7 @@ class _Reducer:
 
 def read_kineto(stream: IO[bytes], name: str, progress: Callable[[int], None] | None = None) -> KinetoTrace:
     """Parse one Kineto JSON stream.  ``progress`` is called with the number of bytes consumed."""
+    stream = GuardedReader(stream, name)
     reducer = _Reducer(name)
     header: dict[str, Any] = {}
     devices: list[Any] = []
@@ -223,10 +233,22 @@ def read_kineto(stream: IO[bytes], name: str, progress: Callable[[int], None] | 
         raise FormatError("no traceEvents: not a Kineto / Chrome trace JSON", file=name)
     if pending and isinstance(pending[0], dict):
         header = pending[0]
+        for key in ("rank", "world_size"):
+            _check_rank_field(header.get(key), key, name)
     device_list = devices[0] if devices and isinstance(devices[0], list) else []
     names = [str(d.get("name", "")) for d in device_list if isinstance(d, dict)]
     return KinetoTrace(name=name, events=reducer.events, distributed=header, device_names=names,
                        total_events=reducer.count)
+
+
+def _check_rank_field(value: Any, key: str, name: str) -> None:
+    """``distributedInfo.rank`` / ``world_size``: absent, or a whole number below MAX_WORLD_SIZE."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return  # not a number: ignored, as before (the rank then comes from the file name)
+    lo = 1 if key == "world_size" else 0
+    if not (isinstance(value, int) or value.is_integer()) or not lo <= value < MAX_WORLD_SIZE + lo:
+        raise FormatError(f"{value!r} is not a {key.replace('_', ' ')} ({lo}..{MAX_WORLD_SIZE - 1 + lo})",
+                          file=name, field=f"distributedInfo.{key}")
 
 
 class _ListSink:

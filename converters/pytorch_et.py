@@ -29,6 +29,7 @@ from xsim_trace.graph.model import IOInfo
 
 from converters.kineto import Conversion, convert_kineto
 from converters.kineto_reader import CPU_CATS, Event, KinetoTrace
+from xsim_trace.io.json_input import GuardedReader
 from xsim_trace.io.sources import Source, rank_from_name
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def _dump(value: Any) -> str:
 
 def read_et_json(stream, name: str) -> EtTrace:
     """Stream an ET JSON (``{"schema": ..., "pid": ..., "nodes": [...]}``) into compact ops."""
+    stream = GuardedReader(stream, name)
     header: dict[str, Any] = {}
     trace = EtTrace(name, None, "")
     sink: list[Any] = []

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
 from xsim_trace.graph import attrs as A
+from xsim_trace.graph.bounds import MAX_DURATION_MICROS, MAX_SIZE_BYTES, MAX_WORLD_SIZE
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace, comm_groups_to_json, make_metadata, make_node
 
@@ -76,13 +77,20 @@ class Workload:
     dlrm_join: int | None = None  # HYBRID_DLRM: the layer that consumes the embedding all-to-all
 
 
-def _int(text: str, path: str, line: int, what: str) -> int:
+#: the largest compute time (in either unit) and message size a workload line may give
+MAX_TIME = MAX_DURATION_MICROS
+#: without --num-npus, a workload whose groups imply more ranks than this is refused (pass --num-npus)
+MAX_DEFAULT_NPUS = 4096
+
+
+def _int(text: str, path: str, line: int, what: str, maximum: int = MAX_TIME) -> int:
     try:
         value = float(text)
     except ValueError:
-        raise FormatError(f"line {line}: expected a number for {what}, found {text!r}", file=path, field=what) from None
-    if value < 0 or not math.isfinite(value):
-        raise FormatError(f"line {line}: expected a non-negative number for {what}, found {text!r}", file=path, field=what)
+        raise FormatError(f"line {line}: expected a number for {what}, found {text[:40]!r}", file=path, field=what) from None
+    if value < 0 or not math.isfinite(value) or value > maximum:
+        raise FormatError(f"line {line}: expected a number in 0..{maximum} for {what}, found {text[:40]!r}",
+                          file=path, field=what)
     return int(round(value))
 
 
@@ -99,7 +107,7 @@ def _comm(token: str, size: str, path: str, line: int, default_group: str, what:
     coll = _COMM_TYPES.get(base)
     if coll is None:
         raise FormatError(f"line {line}: unknown communication type {token!r}", file=path, field=what)
-    return Comm(coll, _int(size, path, line, f"{what} bytes"), group)
+    return Comm(coll, _int(size, path, line, f"{what} bytes", MAX_SIZE_BYTES), group)
 
 
 def parse_workload(text: str, path: str = "<text>") -> Workload:
@@ -121,9 +129,12 @@ def parse_workload(text: str, path: str = "<text>") -> Workload:
         key = rest[i].rstrip(":")
         if i + 1 < len(rest) and re.fullmatch(r"-?\d+", rest[i + 1]):
             params[key] = int(rest[i + 1])
+            if not -1 <= params[key] <= MAX_SIZE_BYTES:
+                raise FormatError(f"line {head_no}: {key} {rest[i + 1][:40]} is out of range (-1..{MAX_SIZE_BYTES})",
+                                  file=path, field=key)
             i += 2
         elif re.fullmatch(r"\d+", rest[i]) and parallelism == "HYBRID_DLRM":
-            dlrm_join = int(rest[i])
+            dlrm_join = _int(rest[i], path, head_no, "DLRM join layer", MAX_WORLD_SIZE)
             i += 1
         else:
             i += 1
@@ -180,8 +191,7 @@ class Layout:
 
     def pg_name(self, ranks: tuple[int, ...]) -> str:
         if len(ranks) == self.world:
-            self.groups.setdefault("0", ranks)
-            return "0"
+            return "0"  # the world: every simulator reads pg "0" as all ranks; no comm-group entry
         name = self._names.get(ranks)
         if name is None:
             name = str(len(self._names) + 1)
@@ -211,15 +221,18 @@ def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: in
                      time_unit: str = "auto", source: str = "", ranks: "Sequence[int] | None" = None) -> TextConversion:
     """One trace per rank of ``num_npus`` (or only ``ranks`` of them: large worlds, spot checks)."""
     world = num_npus or default_num_npus(w)
-    if world < 1:
-        raise ConfigError(f"expected a positive number of NPUs, found {world}", field="num_npus")
+    if world < 1 or world > MAX_WORLD_SIZE:
+        raise ConfigError(f"expected 1..{MAX_WORLD_SIZE} NPUs, found {world}", field="num_npus")
+    if num_npus is None and world > MAX_DEFAULT_NPUS:
+        raise ConfigError(f"the workload's groups imply {world} NPUs; pass --num-npus {world} to convert that many",
+                          field="num_npus")
     unit = ("ns" if w.parallelism == AICB else "us") if time_unit == "auto" else time_unit
     if unit not in ("ns", "us"):
         raise ConfigError(f"expected time unit ns, us or auto, found {time_unit!r}", field="time_unit")
     scale = 1 if unit == "ns" else NS_PER_US
     given = w.params.get("model_parallel_NPU_group")
     tp = given or (1 if w.parallelism == "DATA" else world)
-    if tp < 1 or world % tp:
+    if tp < 1 or tp > world or world % tp:
         raise ConfigError(f"model_parallel_NPU_group {tp} does not divide the {world} NPUs", field="num_npus")
     flat = given is None and w.parallelism not in ("DATA", "MODEL")
     layout = Layout(world, tp, max(1, w.params.get("ep", 1)), flat)
@@ -229,9 +242,7 @@ def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: in
             raise ConfigError(f"rank {rank} is outside the {world} NPUs", field="ranks")
         nodes = _rank_nodes(w, rank, layout, num_passes, scale)
         traces[rank] = Trace(metadata=make_metadata(), nodes=tuple(nodes), rank=rank, source=source)
-    groups = dict(sorted(layout.groups.items(), key=lambda kv: (kv[0] != "0", int(kv[0]) if kv[0].isdigit() else 0)))
-    if "0" not in groups:
-        groups["0"] = tuple(range(world))
+    groups = dict(sorted(layout.groups.items(), key=lambda kv: int(kv[0])))  # ids from 1; the world is "0"
     meta_common = {
         A.META_WORLD_SIZE: world,
         A.META_SOURCE: f"xsim-convert text ({w.parallelism})",
@@ -315,13 +326,9 @@ def _rank_nodes(w: Workload, rank: int, layout: Layout, passes: int, scale: int)
 
 def convert_text_file(path: str | os.PathLike[str], *, num_npus: int | None = None, num_passes: int = 1,
                       time_unit: str = "auto") -> TextConversion:
+    from xsim_trace.io.documents import read_text
+
     name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise FormatError("no such file", file=name) from None
-    except UnicodeDecodeError:
-        raise FormatError("not a text file", file=name) from None
+    text = read_text(name, "workload file", FormatError)
     return convert_workload(parse_workload(text, name), num_npus=num_npus, num_passes=num_passes,
                             time_unit=time_unit, source=name)

@@ -11,14 +11,14 @@ import numpy as np
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Trace, make_metadata, make_node
-from xsim_trace.network.protocol import Flow
+from xsim_trace.network.protocol import BackendCapabilities, Flow
 
 
 class StarAlphaBeta:
     """Contention-free star: every transfer crosses two links: 2 * latency + size / bw."""
 
     name: ClassVar[str] = "test-alpha-beta"
-    contention_free = True
+    capabilities = BackendCapabilities(closed_form=True, contention_free=True)
 
     def __init__(self, bw_GBps: float, latency_ns: int) -> None:
         self.bw = bw_GBps  # bytes per ns
@@ -27,6 +27,9 @@ class StarAlphaBeta:
 
     def time_ns(self, size: int) -> int:
         return 2 * self.lat + math.ceil(size / self.bw)
+
+    def transfer_ns(self, src, dst, size_bytes):
+        return self.time_ns(size_bytes)
 
     def transfer_time_ns(self, src, dst, size_bytes):
         return 2 * self.lat + np.ceil(np.asarray(size_bytes) / self.bw).astype(np.int64)

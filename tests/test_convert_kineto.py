@@ -36,8 +36,23 @@ def test_dlrm_eight_rank_files_and_checks_clean(tmp_path):
     paths = write_rank_set(tmp_path / "dlrm", conv.traces, conv.comm_groups)
     assert len([p for p in paths if p.suffix == ".et"]) == 8
     back = read_rank_set(tmp_path / "dlrm")
-    assert back.comm_groups == {"0": tuple(range(8))}
+    assert back.comm_groups == {}  # all collectives are on the world, pg "0": ASTRA-sim wants no entry for it
     assert check_rank_set(back.traces, back.comm_groups) == []
+
+
+def test_dlrm_send_recv_pairs_agree_on_size():
+    """The uneven all-to-alls split per peer: each recv has its send's size (ASTRA-sim pairs by size too)."""
+    conv = dlrm_conversion()
+    sizes: dict[tuple, list] = {}
+    for trace in conv.traces.values():
+        for n in trace.nodes:
+            if n.type in (NodeType.COMM_SEND, NodeType.COMM_RECV):
+                key = (n.comm_src, n.comm_dst, n.comm_tag, n.type == NodeType.COMM_SEND)
+                sizes.setdefault(key, []).append(n.comm_size_bytes)
+    pairs = [k for k in sizes if k[3]]
+    assert len(pairs) == 280
+    assert all(sizes[k] == sizes[k[:3] + (False,)] for k in pairs)
+    assert len({s for k in pairs for s in sizes[k]}) > 1  # the sizes do differ between pairs
 
 
 def test_dlrm_nccl_ops_per_rank():
@@ -163,7 +178,7 @@ def test_hta_collectives_from_nccl_args():
     assert ar == sorted(x * 4 for x in (6637568, 2431040, 2049000, 7875584, 6563840))
     bc = sorted({n.comm_size_bytes for n in colls if n.comm_type == CollectiveType.BROADCAST})
     assert bc == [53 * 8, 53120 * 4]
-    assert conv.comm_groups == {"0": (0, 1)}
+    assert conv.comm_groups == {}  # the world is pg "0", which ASTRA-sim reads as all ranks without an entry
     assert {n.pg_name for n in colls} == {"0"}
     assert trace.metadata.attr(A.META_WORLD_SIZE) == 2 and trace.metadata.attr(A.META_STEP) == -1
 

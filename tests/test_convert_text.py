@@ -58,6 +58,7 @@ def test_aicb_gpt13b_tp8():
     conv = convert_text_file(path)
     assert len(conv.traces) == 16  # TP 8 x DP 2 by default
     t0 = conv.traces[0]
+    assert "0" not in conv.comm_groups and all(int(k) > 0 for k in conv.comm_groups)  # ASTRA-sim's ids
     tp_group = next(k for k, v in conv.comm_groups.items() if v == tuple(range(8)))
     dp_group = next(k for k, v in conv.comm_groups.items() if v == (0, 8))
     colls = [n for n in t0.nodes if n.type == NodeType.COMM_COLL]

@@ -95,7 +95,7 @@ def test_bad_user_files(tmp_path, text, match):
 
 
 def test_missing_user_file(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read device file"):
+    with pytest.raises(ConfigError, match="cannot read the device file"):
         load_catalog(tmp_path / "nope.yaml")
 
 

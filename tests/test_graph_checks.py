@@ -56,6 +56,26 @@ def test_send_recv_matching_across_ranks():
     assert any(p.rank == 0 and "tag 5" in p.message for p in probs)
 
 
+def test_send_recv_sizes_must_agree():
+    """ASTRA-sim pairs a send with a recv by (tag, src, dst, size): a recv of another size never completes."""
+    send = make_node(1, "s", NodeType.COMM_SEND, comm_src=0, comm_dst=1, comm_tag=5, comm_size=10)
+    recv = make_node(7, "r", NodeType.COMM_RECV, comm_src=0, comm_dst=1, comm_tag=5, comm_size=12)
+    probs = check_rank_set({0: _trace([send], 0), 1: _trace([recv], 1)})
+    assert kinds(probs) == ["p2p-size-mismatch"]
+    assert probs[0].rank == 1 and probs[0].node == 7 and "expects 12 B" in probs[0].message and "has 10 B" in probs[0].message
+
+
+def test_comm_group_ids_are_positive_integers(tmp_path):
+    from xsim_trace.io import write_comm_groups
+
+    t = {0: _trace([comp(1)], 0), 1: _trace([comp(1)], 1)}
+    assert check_rank_set(t, {"1": [0, 1]}) == []
+    assert kinds(check_rank_set(t, {"0": [0, 1], "tp0": [0], "01": [1]})) == ["group-id"] * 3
+    with pytest.raises(GraphError, match="comm group id '0'"):
+        write_comm_groups(tmp_path / "w", {"0": [0, 1]})
+    assert not (tmp_path / "w.comm_groups.json").exists()
+
+
 def test_collectives_must_agree_within_a_group():
     def ar(i, size, pg="1"):
         return make_node(i, "ar", NodeType.COMM_COLL, comm_type=0, comm_size=size, pg_name=pg)

@@ -113,11 +113,11 @@ def test_rank_set_round_trip(tmp_path):
     traces = {}
     for r in range(3):
         traces[r] = read_et(shared_path("chakra_et", "reference_generator", f"ALL_REDUCE.{min(r, 1)}.et"), rank=r)
-    paths = write_rank_set(tmp_path / "w", traces, {"0": [0, 1, 2], "7": [2, 0]})
+    paths = write_rank_set(tmp_path / "w", traces, {"3": [0, 1, 2], "7": [2, 0]})
     assert [p.name for p in paths] == ["w.0.et", "w.1.et", "w.2.et", "w.comm_groups.json"]
     rs = read_rank_set(tmp_path / "w")
     assert rs.ranks == [0, 1, 2]
-    assert rs.comm_groups == {"0": (0, 1, 2), "7": (0, 2)}
+    assert rs.comm_groups == {"3": (0, 1, 2), "7": (0, 2)}
     assert rs.traces[2].nodes == traces[2].nodes
     # a directory holding one set works too; a missing rank is named
     assert read_rank_set(tmp_path).ranks == [0, 1, 2]

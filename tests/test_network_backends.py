@@ -68,8 +68,10 @@ def test_two_flows_sharing_a_link(star4):
     flows = [(0, Flow(1, 0, 1, 1000)), (0, Flow(2, 2, 1, 1000))]  # both into rank 1: switch->1 shared
     # flow-level: each gets half of 1 B/ns: 2000 ns of transfer + 200 ns latency
     assert drive(make_backend("flow", star4), flows) == {1: 2200, 2: 2200}
-    # analytical ignores contention
-    assert drive(make_backend("analytical", star4), flows) == {1: 1200, 2: 1200}
+    # analytical: rank 1's port carries both, first come first served; without endpoint sharing
+    # flows ignore each other
+    assert drive(make_backend("analytical", star4), flows) == {1: 1200, 2: 2200}
+    assert drive(make_backend("analytical", star4, endpoint_sharing=False), flows) == {1: 1200, 2: 1200}
     # congestion-aware: both reach the switch at 1100; flow 1 holds switch->1 for 1000 ns, flow 2 waits
     assert drive(make_backend("analytical-ca", star4), flows) == {1: 2200, 2: 3200}
 
@@ -99,7 +101,8 @@ def test_incast_onto_one_receiver(n):
     fl = drive(make_backend("flow", topo), flows)
     assert fl == {i: n * 2000 + 100 for i in range(n)}
     an = drive(make_backend("analytical", topo), flows)
-    assert an == {i: 2000 + 100 for i in range(n)}
+    assert an == {i: (i + 1) * 2000 + 100 for i in range(n)}  # receiver's port booked in turn
+    assert max(an.values()) == max(fl.values())
     # store-and-forward: all reach the switch at 2050; then one after another on switch->0
     ca = drive(make_backend("analytical-ca", topo), flows)
     assert ca == {i: 2050 + i * 2000 + 2050 for i in range(n)}
@@ -207,7 +210,7 @@ def test_backends_accept_a_hand_made_topology(name):
             return [self.links[s], self.links[self.n + d]]
 
     flows = [(0, Flow(1, 0, 1, 1000)), (0, Flow(2, 2, 1, 1000))]
-    want = {"analytical": {1: 1200, 2: 1200}, "analytical-ca": {1: 2200, 2: 3200}, "flow": {1: 2200, 2: 2200}}
+    want = {"analytical": {1: 1200, 2: 2200}, "analytical-ca": {1: 2200, 2: 3200}, "flow": {1: 2200, 2: 2200}}
     assert drive(make_backend(name, Star(3)), flows) == want[name]
 
 

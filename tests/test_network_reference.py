@@ -155,7 +155,7 @@ def test_analytical_ca_matches_busy_flag_and_queue(seed, latency):
         topo = build_topology(single_switch(6, 3.0, 0))
     flows = random_flows(topo.num_ranks, 150, seed=seed, max_bytes=200_000, span_ns=20_000)
     ref = ref_fifo(topo, flows)
-    got = drive(make_backend("analytical-ca", topo), flows, chatty=True, seed=seed)
+    got = drive(make_backend("analytical-ca", topo, chunk_bytes=0), flows, chatty=True, seed=seed)
     diff = {k: (got[k], ref[k]) for k in ref if got[k] != ref[k]}
     assert not diff
 
@@ -172,5 +172,5 @@ def test_analytical_ca_ties_follow_event_order():
             fid = step * n + r
             flows.append((step * 1000, Flow(fid, r, ((r + 1) % n, (r + 3) % n, 0)[fid % 3], 32768)))
     ref = ref_fifo(topo, flows)
-    got = drive(make_backend("analytical-ca", topo), flows, chatty=True)
+    got = drive(make_backend("analytical-ca", topo, chunk_bytes=0), flows, chatty=True)
     assert got == ref

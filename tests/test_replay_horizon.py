@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from replay_helpers import comp, recv, send, trace  # noqa: E402
 
 from xsim_trace.network.ns3_backend import ns3_available  # noqa: E402
-from xsim_trace.network.protocol import Flow  # noqa: E402
+from xsim_trace.network.protocol import BackendCapabilities, Flow  # noqa: E402
 
 SHARED = Path(__file__).parents[1].parent / "shared" / "traces"
 CUSTOM_RING = SHARED / "chakra_et" / "astra_custom_ring_8npus" / "custom_allreduce"
@@ -24,7 +24,7 @@ class Recorder:
     """A contention-free one-flow-at-a-time backend that records how it was asked."""
 
     name = "test-recorder"
-    accepts_horizon = True
+    capabilities = BackendCapabilities(horizon_hint=True)
 
     def __init__(self, flow_ns: int) -> None:
         self.flow_ns = flow_ns
@@ -47,7 +47,7 @@ class Recorder:
 
 
 class HideHint:
-    """The same backend without ``accepts_horizon``: the engine asks it the plain way."""
+    """The same backend without ``horizon_hint``: the engine asks it the plain way."""
 
     def __init__(self, inner) -> None:
         self.inner = inner

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -18,7 +19,7 @@ from replay_helpers import A, StarAlphaBeta, coll, trace  # noqa: E402
 
 from xsim_trace.errors import GraphError  # noqa: E402
 from xsim_trace.graph.kinds import CollectiveType as C  # noqa: E402
-from xsim_trace.network.protocol import Flow  # noqa: E402
+from xsim_trace.network.protocol import BackendCapabilities, Flow  # noqa: E402
 from xsim_trace.replay import ReplaySettings, replay  # noqa: E402
 from xsim_trace.replay.algorithms import build_schedule  # noqa: E402
 
@@ -27,7 +28,7 @@ class PairTimes:
     """Contention-free: a transfer src -> dst of b bytes takes 1000 + 100 src + 10 dst + b ns."""
 
     name = "test-pair-times"
-    contention_free = True
+    capabilities = BackendCapabilities(closed_form=True, contention_free=True)
 
     def __init__(self, fn=None) -> None:
         self.fn = fn or (lambda s, d, b: 1000 + 100 * s + 10 * d + b)
@@ -35,6 +36,9 @@ class PairTimes:
 
     def transfer_ns(self, src: int, dst: int, size: int) -> int:
         return self.fn(src, dst, size)
+
+    def transfer_time_ns(self, src, dst, size):
+        return np.asarray([self.fn(a, b, c) for a, b, c in zip(src.tolist(), dst.tolist(), size.tolist())], np.int64)
 
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         self.active[flow.flow_id] = now_ns + self.fn(flow.src, flow.dst, flow.size_bytes)

@@ -55,7 +55,7 @@ def test_ci_rows_take_the_transformer_implementation_from_the_test_case(tool):
 def test_one_calibration_per_golden_and_out_of_scope_reasons(tool):
     assert set(tool.CALIBRATION) == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100", "sc21"}
     # per golden: the per-call host cost and the two HostModel factors, nothing else
-    assert all(set(c) <= {"host_op_overhead_ns", "moe_factor", "attention_core_factor"} for c in tool.CALIBRATION.values())
+    assert all(set(c) <= {"host_module_ns", "moe_factor", "attention_core_factor"} for c in tool.CALIBRATION.values())
     rows = tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])
     oos = [r for r in rows if tool.out_of_scope(r)]
     assert 0 < len(oos) < len(rows) // 5

@@ -32,6 +32,7 @@ from xsim_trace.devices import DeviceSpec, get_device
 from xsim_trace.errors import XsimError
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.estimate import estimate
+from xsim_trace.workload.families import MEGATRON_CORE, FrameworkFamily
 from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.host import HostModel
 from xsim_trace.workload.model import ModelSpec
@@ -49,8 +50,9 @@ SYSTEMS = {
 
 #: One calibration per (container, device type), the CSV's ``golden`` column (dev / lts container x
 #: DGX A100 / DGX H100): the host (Python + PyTorch eager) cost of that container, which sets the
-#: pace of these small host-bound models.  ``host_op_overhead_ns`` is the cost of one framework
-#: module call (a DeviceSpec field); the other two are HostModel fields (xsim_trace.workload.host):
+#: pace of these small host-bound models.  ``host_module_ns`` is the cost of one framework module
+#: call (a FrameworkFamily field: each golden is the megatron-core family with its own host costs);
+#: the other two are HostModel fields (xsim_trace.workload.host):
 #: an MoE-block module call costs ``moe_factor`` calls, the unfused attention core
 #: ``attention_core_factor`` calls.  Each golden's three values maximize the rows within 10% (ties:
 #: the lower median |error|) over ALL CI rows of that golden (in scope or not), closed form, by
@@ -58,10 +60,10 @@ SYSTEMS = {
 #: identical configurations, so one value per device type cannot serve both.  The SC'21 rows (key
 #: ``sc21``) use the lts_dgx_a100 per-call value, not fitted on them (they are GPU bound).
 CALIBRATION: dict[str, dict[str, float]] = {
-    "dev_dgx_a100": {"host_op_overhead_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 0.3},
-    "lts_dgx_a100": {"host_op_overhead_ns": 260_000, "moe_factor": 2.0, "attention_core_factor": 0.85},
-    "dev_dgx_h100": {"host_op_overhead_ns": 250_000, "moe_factor": 1.6, "attention_core_factor": 0.3},
-    "sc21": {"host_op_overhead_ns": 260_000},  # = lts_dgx_a100's per-call cost (host cost is negligible there)
+    "dev_dgx_a100": {"host_module_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 0.3},
+    "lts_dgx_a100": {"host_module_ns": 260_000, "moe_factor": 2.0, "attention_core_factor": 0.85},
+    "dev_dgx_h100": {"host_module_ns": 250_000, "moe_factor": 1.6, "attention_core_factor": 0.3},
+    "sc21": {},  # the megatron-core family's defaults (host cost is negligible there)
 }
 
 #: CI rows whose test case turns on a feature the generator does not represent.  They are still
@@ -205,15 +207,21 @@ def out_of_scope(row: Row) -> str | None:
 HOST_FIELDS = frozenset(f.name for f in dataclasses.fields(HostModel))
 
 
-def device_for(row: Row, calibration: dict[str, dict[str, float]]) -> tuple[DeviceSpec, float, HostModel]:
-    """The row's device with the golden's device-field overrides, its NIC rate, and the golden's
-    host model (fields of HostModel in the calibration; the rest are DeviceSpec fields)."""
+def device_for(row: Row, calibration: dict[str, dict[str, float]]) -> tuple[DeviceSpec, float, FrameworkFamily]:
+    """The row's device, its NIC rate, and the megatron-core family with the golden's host costs
+    (``host_module_ns`` and the HostModel fields; unset ones keep the family's defaults)."""
     name, nic = SYSTEMS[row.system]
-    dev = get_device(name)
     cal = calibration.get(row.golden, {})
-    fields = {k: (int(v) if k.endswith("_ns") else float(v)) for k, v in cal.items() if k not in HOST_FIELDS}
-    host = HostModel.from_mapping({k: v for k, v in cal.items() if k in HOST_FIELDS})
-    return dataclasses.replace(dev, **fields), nic, host
+    unknown = sorted(set(cal) - HOST_FIELDS - {"host_module_ns"})
+    if unknown:
+        raise XsimError(f"unknown calibration field(s) {', '.join(unknown)}", field=f"CALIBRATION.{row.golden}")
+    family = MEGATRON_CORE
+    if "host_module_ns" in cal:
+        family = family.with_(host_module_ns=int(cal["host_module_ns"]))
+    host = {k: v for k, v in cal.items() if k in HOST_FIELDS}
+    if host:
+        family = family.with_(host=dataclasses.replace(family.host, **{k: float(v) for k, v in host.items()}))
+    return get_device(name), nic, family
 
 
 #: cluster presets of xsim_trace.cluster for the replay path
@@ -225,9 +233,9 @@ REPLAY_MAX_RANKS = 64
 def predict(row: Row, calibration: dict[str, dict[str, float]], *, use_replay: bool = False) -> tuple[float, str]:
     """(simulated seconds, path): 'replay' = generated Chakra rank set replayed by xsim_trace.replay
     over the analytical backend on the cluster preset; 'estimate' = the generator's closed form."""
-    dev, nic, host = device_for(row, calibration)
+    dev, nic, family = device_for(row, calibration)
     links = LinkModel.for_device(dev, gpus_per_node=8, nic_gbps_per_gpu=nic)
-    program, timer = Program(row.model, row.fw), Timer(dev, links, row.fw, host)
+    program, timer = Program(row.model, row.fw), Timer(dev, links, row.fw, family=family)
     if use_replay and row.fw.world_size <= REPLAY_MAX_RANKS:
         from xsim_trace.cluster import load_cluster
         from xsim_trace.network.registry import make_backend
@@ -247,18 +255,49 @@ def _summary(label: str, errs: list[float]) -> str:
     a = [abs(e) for e in errs]
     if not a:
         return f"{label}: 0 rows"
-    return (f"{label}: {len(a)} rows, median |error| {statistics.median(a):.1f}%, within 10%: "
-            f"{sum(e <= 10 for e in a)}, worse than 25%: {sum(e > 25 for e in a)}, max {max(a):.1f}%")
+    return (f"{label}: {len(a)} rows, median |error| {statistics.median(a):.1f}%, within 5%: {sum(e <= 5 for e in a)}, "
+            f"within 10%: {sum(e <= 10 for e in a)}, within 15%: {sum(e <= 15 for e in a)}, "
+            f"worse than 25%: {sum(e > 25 for e in a)}, max {max(a):.1f}%")
+
+
+def _table_row(label: str, errs: list[float]) -> str:
+    """One line of the in-sample / cross-validated tables (errors in %)."""
+    a = [abs(e) for e in errs]
+    if not a:
+        return f"{label:<34} {0:>5}"
+    n = len(a)
+    return (f"{label:<34} {n:>5} {statistics.median(a):>8.1f} {sum(e <= 5 for e in a):>5} ({sum(e <= 5 for e in a) / n:>4.0%})"
+            f" {sum(e <= 15 for e in a):>5} ({sum(e <= 15 for e in a) / n:>4.0%}) {max(a):>7.1f}")
+
+
+TABLE_HEADER = f"{'rows':<34} {'n':>5} {'median%':>8} {'<=5%':>12} {'<=15%':>12} {'worst%':>7}"
+
+
+def noise_rows(rows: list[Row], spread: float = 0.15) -> set[str]:
+    """Rows whose inputs are identical to another row's of the same golden (same model geometry and
+    framework configuration; only the test case name differs) while their measured times differ by
+    more than ``spread``: measurement noise no prediction can follow."""
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r.source != "ci":
+            continue
+        groups.setdefault((r.golden, r.model.with_(name=""), r.fw), []).append(r)
+    out: set[str] = set()
+    for members in groups.values():
+        times = [r.measured_s for r in members]
+        if len(members) > 1 and max(times) > (1 + spread) * min(times):
+            out.update(r.name for r in members)
+    return out
 
 
 #: search grids of the calibration fit (coordinate descent over these, in this order)
 FIT_GRIDS: dict[str, tuple[float, ...]] = {
-    "host_op_overhead_ns": tuple(range(100_000, 500_001, 10_000)),
+    "host_module_ns": tuple(range(100_000, 500_001, 10_000)),
     "moe_factor": (0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.3, 2.6, 3.0),
     "attention_core_factor": (0.3, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5),
 }
 FIT_WITHIN = 0.10  # a row counts as predicted when within 10%
-FIT_START = {"host_op_overhead_ns": 260_000, "moe_factor": 1.0, "attention_core_factor": 1.0}
+FIT_START = {"host_module_ns": 260_000, "moe_factor": 1.0, "attention_core_factor": 1.0}
 
 
 class _Scorer:
@@ -272,7 +311,7 @@ class _Scorer:
         self.ratios = ratios or {}
 
     def predict(self, row: Row, cal: dict[str, float]) -> float | None:
-        key = (row.name, cal["host_op_overhead_ns"],
+        key = (row.name, cal["host_module_ns"],
                cal["moe_factor"] if row.model.moe_experts else None,
                cal["attention_core_factor"] if not row.model.flash_attention else None)
         if key not in self.cache:
@@ -337,21 +376,59 @@ def fit(rows: list[Row], scorer: _Scorer | None = None) -> dict[str, dict[str, f
     return {g: fit_golden([r for r in rows if r.golden == g], scorer) for g in goldens}
 
 
-def cross_validate(rows: list[Row], folds: int = 5) -> dict[str, list[float]]:
+def cross_validate(rows: list[Row], folds: int = 5, ratios: dict[str, float] | None = None) -> dict[str, float]:
     """K-fold cross-validation of the calibration: rows of each golden (sorted by name) go to fold
-    i % K; each fold is predicted with the calibration fitted on the other folds.  Returns the
-    held-out signed errors per golden."""
-    scorer = _Scorer()
-    out: dict[str, list[float]] = {}
+    i % K; each fold is predicted with the calibration fitted on the other folds (never on the row
+    it predicts).  ``ratios`` (replay / closed form per row at the shipped calibration: a property
+    of the model, not of the measurements) put the held-out closed form on the replay path.
+    Returns the held-out signed error per CI row name."""
+    scorer = _Scorer(ratios)
+    out: dict[str, float] = {}
     for g in sorted({r.golden for r in rows if r.source == "ci"}):
         sub = sorted((r for r in rows if r.golden == g), key=lambda r: r.name)
-        held: list[float] = []
         for k in range(folds):
             test = [r for i, r in enumerate(sub) if i % folds == k]
             train = [r for i, r in enumerate(sub) if i % folds != k]
-            held += scorer.errors(test, fit_golden(train, scorer))
-        out[g] = held
+            cal = fit_golden(train, scorer)
+            for r in test:
+                sim = scorer.predict(r, cal)
+                if sim is not None:
+                    out[r.name] = (sim - r.measured_s) / r.measured_s
     return out
+
+
+def _table_sets(pairs: list[tuple[Row, float]], noise: set[str]) -> list[tuple[str, list[float]]]:
+    ci = [(r, e) for r, e in pairs if r.source == "ci"]
+    sets = [(f"ci {g}", [e for r, e in ci if r.golden == g]) for g in sorted({r.golden for r, _ in ci})]
+    sets += [
+        ("ci all", [e for _, e in ci]),
+        ("ci in scope", [e for r, e in ci if not out_of_scope(r)]),
+        ("ci in scope, noise rows apart", [e for r, e in ci if not out_of_scope(r) and r.name not in noise]),
+        ("sc21 (nothing fitted)", [e for r, e in pairs if r.source == "sc21"]),
+        ("all", [e for _, e in pairs]),
+    ]
+    return sets
+
+
+def print_tables(out: list, rows: list[Row], folds: int, ratios: dict[str, float]) -> None:
+    """The in-sample table (host constants fitted on all rows of each golden) and, with ``folds``,
+    the cross-validated one (each CI row predicted with constants fitted on the other folds; the
+    SC'21 rows use no fitted constant and appear unchanged)."""
+    noise = noise_rows(rows)
+    pairs = [(r, e) for r, _, e, _ in out]
+    print(f"\nin-sample (per-golden host calibration fitted on all CI rows of the golden); noise rows: {len(noise)}")
+    print(TABLE_HEADER)
+    for label, errs in _table_sets(pairs, noise):
+        print(_table_row(label, errs))
+    if not folds:
+        return
+    held = cross_validate(rows, folds, ratios)
+    cv_pairs = [(r, held[r.name] * 100 if r.source == "ci" else e) for r, e in pairs
+                if r.source != "ci" or r.name in held]
+    print(f"\ncross-validated ({folds}-fold: every CI row predicted with host constants fitted without it)")
+    print(TABLE_HEADER)
+    for label, errs in _table_sets(cv_pairs, noise):
+        print(_table_row(label, errs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,8 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit", action="store_true", help="redo the per-golden calibration search and print it: closed form "
                     "scaled per row by replay / closed form at the shipped calibration (~4 min; with --estimate-only "
                     "the bare closed form, ~30 s)")
-    ap.add_argument("--cv", type=int, metavar="K", help="K-fold cross-validation of the calibration (closed form): "
-                    "every CI row predicted with constants fitted without it")
+    ap.add_argument("--cv", type=int, metavar="K", default=5, help="folds of the cross-validated table (default 5): "
+                    "every CI row predicted with host constants fitted without it; 0 = no cross-validated table")
+    ap.add_argument("--cv-only", action="store_true", help="print only the cross-validated summary (closed form)")
     args = ap.parse_args(argv)
     skipped: list[tuple[str, str]] = []
     rows = _ci_rows(args.reference / "megatron_ci_step_times.csv", skipped) + _sc21_rows(args.reference / "megatron_sc21_a100.csv")
@@ -373,15 +451,17 @@ def main(argv: list[str] | None = None) -> int:
         for golden, cal in fit(rows, _Scorer(ratios)).items():
             print(f"fit: {golden}: " + ", ".join(f"{k} = {v:g}" for k, v in cal.items()))
         return 0
-    if args.cv:
-        if args.cv < 2:
-            ap.error("--cv needs K >= 2")
-        held = cross_validate(rows, args.cv)
-        for golden, errs in held.items():
-            print(_summary(f"cv{args.cv} {golden} (held out)", [e * 100 for e in errs]))
-        print(_summary(f"cv{args.cv} ci all (held out)", [e * 100 for errs in held.values() for e in errs]))
+    if args.cv == 1 or args.cv < 0:
+        ap.error("--cv needs K >= 2 (or 0: no cross-validated table)")
+    if args.cv_only:
+        held = cross_validate(rows, args.cv or 5)
+        for golden in sorted({r.golden for r in rows if r.source == "ci"}):
+            print(_summary(f"cv {golden} (held out)", [e * 100 for r in rows if r.golden == golden
+                                                       for e in [held.get(r.name)] if e is not None]))
+        print(_summary("cv ci all (held out)", [e * 100 for e in held.values()]))
         return 0
     out = []
+    ratios: dict[str, float] = {}
     for row in rows:
         try:
             sim, path = predict(row, CALIBRATION, use_replay=not args.estimate_only)
@@ -390,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         err = (sim - row.measured_s) / row.measured_s * 100.0
         out.append((row, sim, err, path))
+        if path == "replay":
+            ratios[row.name] = sim / predict(row, CALIBRATION)[0]
     width = max(len(r.name) for r, *_ in out)
     print(f"{'row':<{width}}  {'measured_s':>10}  {'simulated_s':>11}  {'error_%':>8}  path")
     for row, sim, err, path in out:
@@ -407,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(_summary("all", [e for _, _, e, _ in out]))
     lines.append(_summary("all in scope", [e for r, _, e, _ in out if not out_of_scope(r)]))
     print("\n".join(lines))
+    print_tables(out, rows, args.cv, ratios)
     if args.all:
         for name, why in skipped:
             print(f"skipped: {name}: {why}")

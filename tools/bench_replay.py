@@ -1,10 +1,13 @@
-"""Replay speed: nodes replayed per second on a synthetic 1,024-rank trace with 1M+ nodes, and the
-wall time of a 1,024-rank ring all-reduce of 64 MB in 4 chunks (ASTRA-sim on this kind of machine:
-14.7 s congestion-unaware, 23.7 s congestion-aware).
+"""Replay speed: nodes replayed per second on a synthetic many-rank trace (1M+ nodes with --full), and
+the time of a ring all-reduce of 64 MB in 4 chunks (ASTRA-sim on the 1,024-rank ring, on a 2-core machine:
+32.7 s CPU congestion-unaware, 51.7 s congestion-aware; tools/bench_vs_astra.py measures both side by side).
 
-    .venv/bin/python tools/bench_replay.py            # the full sizes (a couple of minutes, mostly building the trace)
-    .venv/bin/python tools/bench_replay.py --quick    # small sizes, seconds
-    .venv/bin/python tools/bench_replay.py --ca-ranks 1024   # also the flow-by-flow congestion-aware ring at full size
+    python tools/bench_replay.py            # default sizes: 256 ranks, ~250k nodes; within 2 minutes
+    python tools/bench_replay.py --full     # 1,024 ranks, 1M+ nodes, congestion-aware ring on 128 ranks (many minutes)
+    python tools/bench_replay.py --quick    # small sizes, seconds
+    python tools/bench_replay.py --full --ca-ranks 1024   # also the flow-by-flow congestion-aware ring at full size
+
+(``python tools/bench_vs_astra.py`` runs the same kind of workloads on ASTRA-sim side by side.)
 
 Prints a table with wall and CPU seconds (CPU time is the steadier figure on a shared machine).
 Not a test: the numbers depend on the machine.
@@ -76,17 +79,20 @@ def ring_row(ranks: int, name: str, ref: str) -> tuple[str, str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    ap.add_argument("--ranks", type=int, default=1024)
-    ap.add_argument("--ca-ranks", type=int, default=128, help="ranks of the flow-by-flow congestion-aware ring (default 128)")
+    ap.add_argument("--full", action="store_true", help="the big sizes: 1,024 ranks, 1M+ nodes (many minutes)")
+    ap.add_argument("--ranks", type=int, help="ranks of the big step and the ring (default 256; 1,024 with --full)")
+    ap.add_argument("--ca-ranks", type=int, help="ranks of the flow-by-flow congestion-aware ring (default 32; 128 with --full)")
     args = ap.parse_args()
-    ranks = 64 if args.quick else args.ranks
-    # tp_dp_step has 9 nodes per layer per rank plus one: enough layers for 1M+ nodes
-    layers = 4 if args.quick else -(-(1_000_000 // ranks) // 9)
+    ranks = 64 if args.quick else (args.ranks or (1024 if args.full else 256))
+    args.ca_ranks = args.ca_ranks or (128 if args.full else 32)
+    # tp_dp_step has 9 nodes per layer per rank plus one: enough layers for 1M+ nodes (--full), 250k by default
+    target = 1_000_000 if args.full else 250_000
+    layers = 4 if args.quick else -(-(target // ranks) // 9)
     rows = step_rows(ranks, layers, ("analytical",))
-    rows += step_rows(64, 8 if args.quick else 40, ("analytical", "analytical-ca", "flow"))
-    rows.append(ring_row(ranks, "analytical", "ASTRA-sim congestion-unaware 14.7 s at 1024"))
+    rows += step_rows(64, 8 if args.quick else (40 if args.full else 10), ("analytical", "analytical-ca", "flow"))
+    rows.append(ring_row(ranks, "analytical", "ASTRA-sim congestion-unaware 32.7 s CPU at 1024"))
     ca = min(args.ca_ranks, ranks) if args.quick else args.ca_ranks
-    rows.append(ring_row(ca, "analytical-ca", "ASTRA-sim congestion-aware 23.7 s at 1024"))
+    rows.append(ring_row(ca, "analytical-ca", "ASTRA-sim congestion-aware 51.7 s CPU at 1024"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     print("  ".join(h.ljust(widths[i]) for i, h in enumerate(("case", "figure", "notes"))))
     print("  ".join("-" * x for x in widths))

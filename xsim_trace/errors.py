@@ -47,3 +47,7 @@ class ConfigError(XsimError):
 
 class BackendError(XsimError):
     """A network backend failed, timed out, or is not available."""
+
+
+class OutputError(XsimError):
+    """An output could not be written (a file where a folder is needed, no space, no permission)."""

@@ -27,13 +27,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Generate a Megatron-style training iteration as per-rank Chakra traces "
         "(<PREFIX>.<rank>.et + <PREFIX>.comm_groups.json) or a SimAI/AICB text workload.",
     )
-    p.add_argument("--model", help=f"preset ({', '.join(list_models())}) or a name in --model-file")
-    p.add_argument("--model-file", help="YAML file of extra models (models: {name: {fields}})")
+    add_model_flags(p)
     p.add_argument("--plan", help="a spec file (YAML/JSON: model, framework, system; flags are ignored) or a "
                    "deployment plan (device_groups, pipelines: one workload per device group; --model sets or "
                    "checks its model)")
     p.add_argument("--out", required=True, help="output prefix (chakra) or file (simai)")
     p.add_argument("--format", choices=("chakra", "simai"), default="chakra")
+    add_parallelism_flags(p)
+    p.add_argument("--cluster", metavar="FILE_OR_PRESET",
+                   help="deployment plans: write <PREFIX>.cluster.yaml as this cluster with each rank on a device of "
+                        "its plan group (default: a cluster of the plan's device groups)")
+    p.add_argument("--ranks", help="only these ranks, e.g. 0-7,16 (chakra); comm groups still complete")
+    p.add_argument("--summary", help="write estimate + memory JSON here ('-' = stdout)")
+    p.set_defaults(func=cmd_generate)
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help=f"preset ({', '.join(list_models())}) or a name in --model-file")
+    p.add_argument("--model-file", help="YAML file of extra models (models: {name: {fields}})")
+
+
+def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
+    """Parallelism, batch, precision and system flags (shared by generate and estimate)."""
     g = p.add_argument_group("parallelism")
     for flag in ("tp", "pp", "dp", "vpp", "cp", "ep", "etp"):
         g.add_argument(f"--{flag}", type=int, default=0 if flag == "etp" else 1)
@@ -56,12 +71,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--gpus-per-node", type=int, default=8)
     s.add_argument("--nic-gbps", type=float, default=400.0, help="NIC line rate per GPU, Gb/s")
     add_framework_flags(s)
-    p.add_argument("--cluster", metavar="FILE_OR_PRESET",
-                   help="deployment plans: write <PREFIX>.cluster.yaml as this cluster with each rank on a device of "
-                        "its plan group (default: a cluster of the plan's device groups)")
-    p.add_argument("--ranks", help="only these ranks, e.g. 0-7,16 (chakra); comm groups still complete")
-    p.add_argument("--summary", help="write estimate + memory JSON here ('-' = stdout)")
-    p.set_defaults(func=cmd_generate)
 
 
 def add_framework_flags(group) -> None:
@@ -105,6 +114,13 @@ def _ranks(text: str | None) -> list[int] | None:
 def _setup(args: argparse.Namespace):
     if args.plan:
         return load_spec_file(args.plan)
+    return setup_from_args(args)
+
+
+def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int | None = None,
+                    nic_gbps: float | None = None):
+    """The Setup of the model / parallelism / system flags; ``device`` (a DeviceSpec resolved at the
+    boundary, e.g. from --cluster), ``gpus_per_node`` and ``nic_gbps`` replace the flags when given."""
     if not args.model:
         raise ConfigError("give --model (or --plan FILE)", field="--model")
     from xsim_trace.workload.model import get_model
@@ -125,7 +141,9 @@ def _setup(args: argparse.Namespace):
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather,
     )
-    return make_setup(model, fw, args.device, gpus_per_node=args.gpus_per_node, nic_gbps_per_gpu=args.nic_gbps,
+    return make_setup(model, fw, device if device is not None else args.device,
+                      gpus_per_node=gpus_per_node or args.gpus_per_node,
+                      nic_gbps_per_gpu=nic_gbps if nic_gbps is not None else args.nic_gbps,
                       device_file=args.device_file, framework=resolve_family(args))
 
 

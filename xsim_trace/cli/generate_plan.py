@@ -12,13 +12,15 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from xsim_trace.cli.generate import write_summary
 from xsim_trace.errors import ConfigError
-from xsim_trace.io import atomic_write, write_rank_set
+from xsim_trace.io import atomic_write, output_set, write_rank_set
+from xsim_trace.io.rankset import CLUSTER_SUFFIX
 from xsim_trace.rewrite.hetero_generate import HeteroWorkload, generate_for_plan, plan_for_generate
 from xsim_trace.rewrite.hetero_simai import group_simai_lines, simai_path
 
@@ -80,18 +82,16 @@ def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | Non
     # build every output in memory first: a failure leaves no file behind
     if args.format == "simai":
         texts = {simai_path(args.out, g): "\n".join(lines) + "\n" for g, lines in group_simai_lines(wl.plan, wmodel).items()}
-        for path, text in texts.items():
-            with atomic_write(path) as handle:
-                handle.write(text)
+        with output_set(Path(args.out).parent, label="simai") as out:  # all groups' files or none
+            for path, text in texts.items():
+                with atomic_write(out.path(Path(path).name)) as handle:
+                    handle.write(text)
         written = list(texts)
     else:
         traces = _selected(wl.result.traces, ranks)
         cluster_text = _cluster_yaml(wl, getattr(args, "cluster", None))
-        written = [str(p) for p in write_rank_set(args.out, traces, wl.result.comm_groups)]
-        if cluster_text is not None:
-            with atomic_write(f"{args.out}.cluster.yaml") as handle:
-                handle.write(cluster_text)
-            written.append(f"{args.out}.cluster.yaml")
+        extra = {CLUSTER_SUFFIX: cluster_text} if cluster_text is not None else None
+        written = [str(p) for p in write_rank_set(args.out, traces, wl.result.comm_groups, extra=extra)]
     summary["files"] = written
     write_summary(args.summary, summary)
     if not getattr(args, "quiet", False) and args.summary != "-":

@@ -22,7 +22,15 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint-delay-ns", type=int, default=0, help="delay before each send and after each chunk, ns")
     p.add_argument("--reduction-delay-ns", type=int, default=0, help="delay after each received message that is reduced, ns")
     p.add_argument("--p2p", choices=("eager", "rendezvous"), default="eager", help="send/recv semantics (default eager)")
+    p.add_argument("--collective-model", choices=("schedule", "nccl"), default="schedule",
+                   help="price collectives by walking --algorithm's schedule (default) or with the NCCL model "
+                        "(algorithm/protocol chosen like NCCL; contention-free backend)")
+    p.add_argument("--nccl-algo", metavar="ALGO", help="with --collective-model nccl: force the algorithm like NCCL_ALGO")
+    p.add_argument("--nccl-proto", metavar="PROTO", help="with --collective-model nccl: force the protocol like NCCL_PROTO")
     p.add_argument("--drop-missing-deps", action="store_true", help="drop dependencies on nodes absent from a trace (with a warning) instead of failing")
+    p.add_argument("--absent-peers", choices=("mirror", "skew"), default="mirror",
+                   help="ranks missing from the set (a single-rank capture): each mirrors the nearest captured rank "
+                        "below it (default mirror); skew also starts each rank at its captured step-start offset")
     p.add_argument("--no-timeline", action="store_true", help="skip timeline.json")
     p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
 
@@ -32,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trace", metavar="TRACE_PREFIX", help="rank-set prefix (out/step for out/step.0.et ...) or its directory")
     p.add_argument("--cluster", required=True, metavar="FILE_OR_PRESET", help="cluster YAML/JSON file or preset (e.g. dgx-h100:2)")
     p.add_argument("--out", default="xsim-replay", metavar="DIR", help="where summary.json, timeline.json, breakdown.png go (default ./xsim-replay)")
+    p.add_argument("--retarget", action="store_true",
+                   help="ranks captured on another GPU than the cluster gives them: rescale their compute kernels to the "
+                        "cluster's device by kernel class and FLOPs/bytes (without it such a mismatch is refused)")
     add_replay_options(p)
     p.set_defaults(func=cmd_replay)
 
@@ -46,6 +57,9 @@ def settings_from_args(args: argparse.Namespace):
         endpoint_delay_ns=args.endpoint_delay_ns,
         reduction_delay_ns=args.reduction_delay_ns,
         p2p=args.p2p,
+        collective_model=getattr(args, "collective_model", "schedule"),
+        nccl_algo=getattr(args, "nccl_algo", None),
+        nccl_proto=getattr(args, "nccl_proto", None),
     )
 
 
@@ -60,9 +74,15 @@ def network_for(cluster_spec, backend_name: str):
 
 
 def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False):
-    from xsim_trace.replay import compile_workload, replay_compiled
+    from xsim_trace.replay.api import compile_checked
 
-    workload = compile_workload(traces, comm_groups, drop_missing_deps=drop_missing_deps)
+    workload = compile_checked(traces, comm_groups, drop_missing_deps=drop_missing_deps)
+    return run_compiled(workload, cluster, backend, settings, quiet=quiet)
+
+
+def run_compiled(workload, cluster, backend, settings, *, quiet: bool):
+    from xsim_trace.replay import replay_compiled
+
     with progress_bar(workload.num_nodes, "replay", quiet=quiet) as bar:
         return replay_compiled(workload, backend, settings, cluster=cluster, progress=bar.update)
 
@@ -100,18 +120,97 @@ def _critical_line(summary_path) -> str | None:
             f"{top['name'] or 'node ' + str(top['node'])} on rank {top['rank']} ({fmt_ns(top['duration_ns'])})")
 
 
+def check_or_retarget(traces, cluster, *, retarget: bool, cluster_name: str):
+    """Refuse ranks captured on another device than the cluster's (naming both), or, with
+    ``retarget``, rescale them to it (logging how many ranks moved)."""
+    import logging
+
+    from xsim_trace.errors import ConfigError
+    from xsim_trace.rewrite.retarget import device_mismatches, retarget as do_retarget
+
+    mismatches = device_mismatches(traces, cluster)
+    if not mismatches:
+        return traces
+    if not retarget:
+        first = mismatches[0]
+        more = f" (and {len(mismatches) - 1} more rank(s))" if len(mismatches) > 1 else ""
+        raise ConfigError(f"{first.describe()}{more}; pass --retarget to rescale the kernels to {first.cluster}",
+                          rank=first.rank, field="--cluster")
+    logging.getLogger(__name__).warning("retargeting %d rank(s) from %s to %s", len(mismatches),
+                                        mismatches[0].captured, mismatches[0].cluster)
+    return do_retarget(traces, cluster)
+
+
+def _needs_retarget(trace: str, cluster, *, retarget: bool) -> bool:
+    """Whether the captured devices (read from the rank files' metadata alone) differ from the
+    cluster's: a ConfigError naming both without ``retarget``, True with it."""
+    from xsim_trace.errors import ConfigError
+    from xsim_trace.io import find_rank_files, read_metadata
+    from xsim_trace.rewrite.retarget import metadata_mismatches
+
+    _prefix, files = find_rank_files(trace)
+    mismatches = metadata_mismatches({rank: read_metadata(path) for rank, path in files.items()}, cluster)
+    if mismatches and not retarget:
+        first = mismatches[0]
+        more = f" (and {len(mismatches) - 1} more rank(s))" if len(mismatches) > 1 else ""
+        raise ConfigError(f"{first.describe()}{more}; pass --retarget to rescale the kernels to {first.cluster}",
+                          rank=first.rank, field="--cluster")
+    return bool(mismatches)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from xsim_trace.io import read_rank_set
+    from xsim_trace.replay.api import compile_checked
+    from xsim_trace.replay.columnar import compile_rank_files
     from xsim_trace.report import write_reports
 
     settings = settings_from_args(args)
     cluster, backend = network_for(args.cluster, args.backend)
     quiet = getattr(args, "quiet", False)
-    rs = read_rank_set(args.trace)
-    result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=quiet, drop_missing_deps=args.drop_missing_deps)
+    partial = _partial_rank_set(args.trace)
+    if partial is not None:
+        workload, prefix = _compile_completed(args.trace, args.absent_peers, args.drop_missing_deps, quiet)
+    elif _needs_retarget(args.trace, cluster, retarget=args.retarget):
+        rs = read_rank_set(args.trace)
+        traces = check_or_retarget(rs.traces, cluster, retarget=True, cluster_name=str(args.cluster))
+        workload, prefix = compile_checked(traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix
+    else:
+        # decoded straight into columns where it can (no per-node objects), else the typed way
+        workload, prefix = compile_rank_files(args.trace, drop_missing_deps=args.drop_missing_deps)
+    result = run_compiled(workload, cluster, backend, settings, quiet=quiet)
     paths = write_reports(
         result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
-        trace=rs.prefix, cluster=str(args.cluster),
+        trace=prefix, cluster=str(args.cluster),
     )
     print_outputs(result, paths)
     return 0
+
+
+def _partial_rank_set(trace: str) -> tuple[int, ...] | None:
+    """The ranks present when the rank set at ``trace`` lacks some of its world (by the files'
+    ``world_size`` metadata), else None."""
+    from xsim_trace.graph import attrs as A
+    from xsim_trace.io import find_rank_files, read_metadata
+
+    _prefix, files = find_rank_files(trace, partial=True)
+    world = max(files) + 1
+    for path in files.values():
+        value = read_metadata(path).attr(A.META_WORLD_SIZE)
+        if isinstance(value, int) and not isinstance(value, bool):
+            world = max(world, value)
+    return tuple(files) if len(files) < world else None
+
+
+def _compile_completed(trace: str, mode: str, drop_missing_deps: bool, quiet: bool):
+    """A partial rank set completed with modelled peers (:mod:`xsim_trace.replay.absent`), compiled;
+    what was modelled is said on stderr."""
+    from converters.crossrank import alltoall_schedule
+    from xsim_trace.io import read_rank_set
+    from xsim_trace.replay.absent import AbsentPeers, complete_rank_set
+    from xsim_trace.replay.api import compile_checked
+
+    rs = read_rank_set(trace, partial=True)
+    done = complete_rank_set(rs.traces, rs.comm_groups, AbsentPeers(mode), alltoall_order=alltoall_schedule)
+    for note in done.notes if not quiet else ():
+        print(f"xsim: note: {note}", file=sys.stderr)
+    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), rs.prefix

@@ -39,9 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _expand(path: str) -> tuple[str, dict[int, Path]] | Path:
-    """A single .et file (Path), or a rank set (prefix, files)."""
+    """A single .et file (Path), or a rank set (prefix, files).  A file is always read alone, rank
+    number in its name or not (``trace stats out/run.1.et`` reads exactly that file)."""
     p = Path(path)
-    if p.is_file() and not _looks_ranked(p):
+    if p.is_file():
         return p
     if not p.exists() and p.suffix in (".et", ".gz") and not _looks_ranked(p):
         raise FormatError("no such file", file=path)

@@ -25,6 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--step", default=None, metavar="N", help="ProfilerStep number, or 'all' (default: the last)")
     p.add_argument("--et", metavar="ET", help="PyTorch Execution Trace(s) to convert with (xsim convert pytorch)")
     p.add_argument("--backend", default="analytical", help="network backend (default: analytical)")
+    p.add_argument("--collective-model", choices=("schedule", "nccl"), default="schedule",
+                   help="price collectives by a ring/tree schedule walk (default) or with the NCCL model; with one "
+                        "captured rank the model also gives the absent peers' arrival skew")
+    p.add_argument("--nccl-algo", metavar="ALGO", help="with --collective-model nccl: force the algorithm (NCCL_ALGO)")
+    p.add_argument("--nccl-proto", metavar="PROTO", help="with --collective-model nccl: force the protocol (NCCL_PROTO)")
     p.add_argument("--out", metavar="DIR", help="write validation.json (and validation.png with --plot) here")
     p.add_argument("--plot", action="store_true", help="draw simulated vs measured (needs --out)")
     p.add_argument("--no-skew", action="store_true",
@@ -68,8 +73,12 @@ def run(args: argparse.Namespace) -> int:
             conv = convert_kineto(kts, step=number)
         return conv.traces, conv.comm_groups
 
+    from xsim_trace.replay import ReplaySettings
+
+    settings = ReplaySettings(collective_model=args.collective_model, nccl_algo=args.nccl_algo,
+                              nccl_proto=args.nccl_proto)
     v, measured = validate_captures(args.traces, cluster, convert, backend=args.backend, step=step,
-                                    skew=not args.no_skew, alltoall_order=alltoall_schedule)
+                                    skew=not args.no_skew, alltoall_order=alltoall_schedule, settings=settings)
     print(format_table(v, collectives=not args.no_collectives))
     if args.out:
         out = Path(args.out)

@@ -20,6 +20,7 @@ from xsim_trace.cluster.model import (
     GroupLink,
     IntraKind,
     IntraNode,
+    NcclTuning,
     Nic,
 )
 from xsim_trace.cluster.presets import is_preset_spec, load_preset, preset_names
@@ -34,6 +35,7 @@ __all__ = [
     "GroupLink",
     "IntraKind",
     "IntraNode",
+    "NcclTuning",
     "Nic",
     "cluster_from_dict",
     "cluster_to_dict",

@@ -6,13 +6,11 @@ Every problem is a :class:`~xsim_trace.errors.ConfigError` naming the file and t
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from xsim_trace.cluster.model import (
     Cluster,
@@ -23,16 +21,32 @@ from xsim_trace.cluster.model import (
     GroupLink,
     IntraKind,
     IntraNode,
+    NcclTuning,
     Nic,
 )
 from xsim_trace.errors import ConfigError
 
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
-_GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric"}
+_GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
+_NCCL_KEYS = {"net", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "net_latency_us"}
+_NET_KINDS = ("ib", "roce", "ethernet")
 _INTRA_KEYS = {"kind", "bw_GBps", "latency_ns", "mesh"}
 _NIC_KEYS = {"count", "nic_gbps", "latency_ns"}
 _FABRIC_KEYS = {"kind", "latency_ns", "oversubscription", "nics_per_leaf", "spines"}
 _LINK_KEYS = {"groups", "bw_gbps", "latency_ns"}
+
+# What a cluster may describe, so that every transfer time fits the replay's int64 nanoseconds
+# (with xsim_trace.graph.bounds: at most 2^50 B per message and 2^56 B per rank).
+#: devices in one cluster
+MAX_DEVICES = 1 << 22
+#: devices per node, NICs per leaf switch, spine switches, mesh lanes
+MAX_SMALL_COUNT = 1 << 16
+#: bandwidths in Gb/s (a GB/s figure is checked as 8x) from 0.1 Gb/s to 10 Pb/s
+MIN_BW_GBPS, MAX_BW_GBPS = 0.1, 1e7
+#: a latency of at most 1000 s
+MAX_LATENCY_NS = 1e12
+#: oversubscription ratio
+MAX_OVERSUBSCRIPTION = 1e6
 
 
 class _Ctx:
@@ -53,24 +67,41 @@ class _Ctx:
                 )
         return v
 
-    def number(self, v: Any, field: str, *, positive: bool = False, minimum: float | None = 0.0) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-            raise self.err(field, f"expected a number, found {v!r}")
+    def number(self, v: Any, field: str, *, positive: bool = False, minimum: float | None = 0.0,
+               maximum: float | None = None) -> float:
+        try:
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v))
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise self.err(field, f"expected a number (finite), found {_show(v)}")
         x = float(v)
         if positive and x <= 0:
             raise self.err(field, f"expected a positive number, found {v!r}")
         if minimum is not None and x < minimum:
             raise self.err(field, f"expected a number >= {minimum:g}, found {v!r}")
+        if maximum is not None and x > maximum:
+            raise self.err(field, f"expected a number <= {maximum:g}, found {_show(v)}")
         return x
 
-    def integer(self, v: Any, field: str, *, minimum: int = 1) -> int:
+    def bandwidth(self, v: Any, field: str, *, per_byte: bool = False) -> float:
+        """A bandwidth in Gb/s (``per_byte``: GB/s) within MIN_BW_GBPS .. MAX_BW_GBPS."""
+        scale = 8.0 if per_byte else 1.0
+        return self.number(v, field, positive=True, minimum=MIN_BW_GBPS / scale, maximum=MAX_BW_GBPS / scale)
+
+    def latency(self, v: Any, field: str) -> float:
+        return self.number(v, field, maximum=MAX_LATENCY_NS)
+
+    def integer(self, v: Any, field: str, *, minimum: int = 1, maximum: int = MAX_SMALL_COUNT) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
-            if isinstance(v, float) and v.is_integer():
+            if isinstance(v, float) and math.isfinite(v) and v.is_integer():
                 v = int(v)
             else:
-                raise self.err(field, f"expected an integer, found {v!r}")
+                raise self.err(field, f"expected an integer, found {_show(v)}")
         if v < minimum:
-            raise self.err(field, f"expected an integer >= {minimum}, found {v}")
+            raise self.err(field, f"expected an integer >= {minimum}, found {_show(v)}")
+        if v > maximum:
+            raise self.err(field, f"expected an integer <= {maximum}, found {_show(v)}")
         return int(v)
 
     def string(self, v: Any, field: str) -> str:
@@ -80,7 +111,9 @@ class _Ctx:
 
     def enum(self, v: Any, field: str, cls: type) -> Any:
         names = [m.value for m in cls]
-        key = str(v).strip().lower().replace("_", "-") if isinstance(v, str) else v
+        if not isinstance(v, str):
+            raise self.err(field, f"expected one of {', '.join(names)}, found {_show(v)}")
+        key = v.strip().lower().replace("_", "-")
         aliases = {"switch": "single-switch", "fattree": "fat-tree", "clos": "fat-tree", "rail": "rail-only"}
         key = aliases.get(key, key)
         for m in cls:
@@ -89,13 +122,18 @@ class _Ctx:
         raise self.err(field, f"expected one of {', '.join(names)}, found {v!r}")
 
 
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _intra(ctx: _Ctx, raw: Any, f: str, dpn: int) -> IntraNode:
     d = ctx.mapping(raw, f, _INTRA_KEYS)
     kind = ctx.enum(d.get("kind", "nvswitch"), f + ".kind", IntraKind)
     if "bw_GBps" not in d:
         raise ctx.err(f + ".bw_GBps", "expected a positive number (GB/s per direction), found nothing")
-    bw = ctx.number(d["bw_GBps"], f + ".bw_GBps", positive=True)
-    lat = ctx.number(d.get("latency_ns", 0), f + ".latency_ns")
+    bw = ctx.bandwidth(d["bw_GBps"], f + ".bw_GBps", per_byte=True)
+    lat = ctx.latency(d.get("latency_ns", 0), f + ".latency_ns")
     mesh: list[tuple[int, int, int]] = []
     if kind is IntraKind.MESH:
         raw_mesh = d.get("mesh")
@@ -140,8 +178,8 @@ def _nic(ctx: _Ctx, raw: Any, f: str) -> Nic:
         raise ctx.err(f + ".nic_gbps", "expected a positive number (Gb/s per NIC), found nothing")
     return Nic(
         count=ctx.integer(d.get("count", 1), f + ".count"),
-        nic_gbps=ctx.number(d["nic_gbps"], f + ".nic_gbps", positive=True),
-        latency_ns=ctx.number(d.get("latency_ns", 0), f + ".latency_ns"),
+        nic_gbps=ctx.bandwidth(d["nic_gbps"], f + ".nic_gbps"),
+        latency_ns=ctx.latency(d.get("latency_ns", 0), f + ".latency_ns"),
     )
 
 
@@ -149,16 +187,57 @@ def _fabric(ctx: _Ctx, raw: Any, f: str, base: Fabric | None = None) -> Fabric:
     d = ctx.mapping(raw, f, _FABRIC_KEYS)
     base = base or Fabric()
     kind = ctx.enum(d["kind"], f + ".kind", FabricKind) if "kind" in d else base.kind
-    over = ctx.number(d.get("oversubscription", base.oversubscription), f + ".oversubscription", positive=True)
+    over = ctx.number(d.get("oversubscription", base.oversubscription), f + ".oversubscription", positive=True,
+                      maximum=MAX_OVERSUBSCRIPTION)
     if over < 1.0:
         raise ctx.err(f + ".oversubscription", f"expected a ratio >= 1 (1 = non-blocking), found {over:g}")
     return Fabric(
         kind=kind,
-        latency_ns=ctx.number(d.get("latency_ns", base.latency_ns), f + ".latency_ns"),
+        latency_ns=ctx.latency(d.get("latency_ns", base.latency_ns), f + ".latency_ns"),
         oversubscription=over,
         nics_per_leaf=ctx.integer(d.get("nics_per_leaf", base.nics_per_leaf), f + ".nics_per_leaf"),
         spines=ctx.integer(d.get("spines", base.spines), f + ".spines", minimum=0),
     )
+
+
+def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
+    d = ctx.mapping(raw, f, _NCCL_KEYS)
+    net = str(d.get("net", "ib")).strip().lower()
+    if net not in _NET_KINDS:
+        raise ctx.err(f + ".net", f"expected one of {', '.join(_NET_KINDS)}, found {d.get('net')!r}")
+
+    def flag(key: str) -> bool | None:
+        v = d.get(key)
+        if v is not None and not isinstance(v, bool):
+            raise ctx.err(f"{f}.{key}", f"expected true or false, found {v!r}")
+        return v
+
+    def bw(key: str) -> float | None:
+        return None if d.get(key) is None else ctx.number(d[key], f"{f}.{key}", positive=True)
+
+    nlat = d.get("net_latency_us")
+    return NcclTuning(
+        net=net,
+        nvls=flag("nvls"),
+        collnet=bool(flag("collnet")),
+        intra_bw_GBps=bw("intra_bw_GBps"),
+        net_bw_GBps=bw("net_bw_GBps"),
+        nvls_bw_GBps=bw("nvls_bw_GBps"),
+        latency_us=ctx.number(d.get("latency_us", 0.0), f + ".latency_us", minimum=None),
+        net_latency_us=None if nlat is None else ctx.number(nlat, f + ".net_latency_us"),
+    )
+
+
+def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
+    out: dict[str, Any] = {"net": t.net}
+    for key in ("nvls", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "net_latency_us"):
+        if getattr(t, key) is not None:
+            out[key] = getattr(t, key)
+    if t.collnet:
+        out["collnet"] = True
+    if t.latency_us:
+        out["latency_us"] = t.latency_us
+    return out
 
 
 #: the GPU type of network-only clusters (``single_switch``): no device specs, no compute scaling
@@ -191,14 +270,16 @@ def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
     if "count" in d and "nodes" in d:
         raise ctx.err(f + ".nodes", "give either count (devices) or nodes, not both")
     if "count" in d:
-        count = ctx.integer(d["count"], f + ".count")
+        count = ctx.integer(d["count"], f + ".count", maximum=MAX_DEVICES)
         if count % dpn:
             raise ctx.err(
                 f + ".devices_per_node",
                 f"expected a divisor of count {count}, found {dpn} ({count} devices do not fill whole nodes)",
             )
     elif "nodes" in d:
-        count = ctx.integer(d["nodes"], f + ".nodes") * dpn
+        count = ctx.integer(d["nodes"], f + ".nodes", maximum=MAX_DEVICES) * dpn
+        if count > MAX_DEVICES:
+            raise ctx.err(f + ".nodes", f"expected at most {MAX_DEVICES} devices in a group, found {count}")
     else:
         raise ctx.err(f + ".count", "expected a positive integer (devices in the group), found nothing")
     if "intra_node" not in d:
@@ -215,7 +296,8 @@ def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
         raise ctx.err(f + ".nic.count", f"rail-only needs devices_per_node ({dpn}) divisible by the NIC count, found {nic.count}")
     if nic is None and count // dpn > 1:
         raise ctx.err(f + ".nic", f"expected NICs (count, nic_gbps) for a group of {count // dpn} nodes, found nothing")
-    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric)
+    nccl = _nccl(ctx, d["nccl"], f + ".nccl") if d.get("nccl") is not None else NcclTuning()
+    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric, nccl)
 
 
 def _parse_pos(ctx: _Ctx, e: Any, f: str, names: list[str]) -> DevicePos:
@@ -235,11 +317,11 @@ def _parse_pos(ctx: _Ctx, e: Any, f: str, names: list[str]) -> DevicePos:
     else:
         try:
             gi = int(g)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ctx.err(f, f"expected a group name ({', '.join(names)}) or index, found {g!r}") from None
     try:
         node, local = int(parts[1]), int(parts[2])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ctx.err(f, f"expected integer node and gpu indices, found {e!r}") from None
     return DevicePos(gi, node, local)
 
@@ -253,6 +335,8 @@ def cluster_from_dict(data: Any, *, file: object = None) -> Cluster:
     if not isinstance(raw_groups, list) or not raw_groups:
         raise ctx.err("groups", f"expected a non-empty list of device groups, found {raw_groups!r:.60}")
     groups = tuple(_group(ctx, g, f"groups[{i}]", fabric) for i, g in enumerate(raw_groups))
+    if sum(g.count for g in groups) > MAX_DEVICES:
+        raise ctx.err("groups", f"expected at most {MAX_DEVICES} devices in all, found {sum(g.count for g in groups)}")
     names = [g.name for g in groups]
     for i, n in enumerate(names):
         if names.index(n) != i:
@@ -265,7 +349,8 @@ def cluster_from_dict(data: Any, *, file: object = None) -> Cluster:
         f = f"links[{i}]"
         ld = ctx.mapping(rl, f, _LINK_KEYS)
         pair = ld.get("groups")
-        if not isinstance(pair, list) or len(pair) != 2 or any(p not in names for p in pair) or pair[0] == pair[1]:
+        if not isinstance(pair, list) or len(pair) != 2 or any(not isinstance(p, str) or p not in names for p in pair) \
+                or pair[0] == pair[1]:
             raise ctx.err(f + ".groups", f"expected two distinct group names out of {names}, found {pair!r}")
         if "bw_gbps" not in ld:
             raise ctx.err(f + ".bw_gbps", "expected a positive number (Gb/s), found nothing")
@@ -276,8 +361,8 @@ def cluster_from_dict(data: Any, *, file: object = None) -> Cluster:
             GroupLink(
                 pair[0],
                 pair[1],
-                ctx.number(ld["bw_gbps"], f + ".bw_gbps", positive=True),
-                ctx.number(ld.get("latency_ns", 0), f + ".latency_ns"),
+                ctx.bandwidth(ld["bw_gbps"], f + ".bw_gbps"),
+                ctx.latency(ld.get("latency_ns", 0), f + ".latency_ns"),
             )
         )
     # groups must be connected through the links
@@ -344,6 +429,8 @@ def cluster_to_dict(c: Cluster) -> dict[str, Any]:
             gd["intra_node"]["mesh"] = [list(m) for m in g.intra.mesh]
         if g.nic is not None:
             gd["nic"] = {"count": g.nic.count, "nic_gbps": g.nic.nic_gbps, "latency_ns": g.nic.latency_ns}
+        if g.nccl != NcclTuning():
+            gd["nccl"] = nccl_tuning_to_dict(g.nccl)
         groups.append(gd)
     out: dict[str, Any] = {"name": c.name, "groups": groups}
     if c.links:
@@ -354,14 +441,7 @@ def cluster_to_dict(c: Cluster) -> dict[str, Any]:
 
 
 def read_cluster_file(path: str | Path) -> Cluster:
+    from xsim_trace.io.documents import load_document
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read cluster file: {exc.strerror or exc}", file=p) from exc
-    try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {first}", file=p) from exc
-    return cluster_from_dict(data, file=p)
+    return cluster_from_dict(load_document(p, "cluster file"), file=p)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import gbps_to_GBps
 
 
 class IntraKind(enum.Enum):
@@ -46,7 +47,7 @@ class Nic:
 
     @property
     def bw_GBps(self) -> float:
-        return self.nic_gbps / 8.0
+        return gbps_to_GBps(self.nic_gbps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,21 @@ class Fabric:
 
 
 @dataclass(frozen=True, slots=True)
+class NcclTuning:
+    """What the NCCL collective model (``xsim_trace.network.nccl``) needs beyond the wiring, and what
+    ``xsim calibrate nccl-tests`` fits.  ``None`` = the model's default for the hardware."""
+
+    net: str = "ib"  # scale-out kind: ib | roce | ethernet
+    nvls: bool | None = None  # NVLink SHARP available (default: Hopper or newer on NVSwitch)
+    collnet: bool = False  # in-network reduction (SHARP) in the scale-out switches
+    intra_bw_GBps: float | None = None  # ring bus bandwidth inside a node (per GPU, per direction)
+    net_bw_GBps: float | None = None  # effective scale-out bandwidth per node (all NICs, per direction)
+    nvls_bw_GBps: float | None = None  # NVLS all-reduce algorithm bandwidth per GPU
+    latency_us: float = 0.0  # added to every collective (a fitted base latency)
+    net_latency_us: float | None = None  # extra latency per inter-node step
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceGroup:
     name: str
     gpu_type: str
@@ -70,6 +86,7 @@ class DeviceGroup:
     intra: IntraNode
     nic: Nic | None
     fabric: Fabric
+    nccl: NcclTuning = NcclTuning()
 
     @property
     def num_nodes(self) -> int:
@@ -87,7 +104,7 @@ class GroupLink:
 
     @property
     def bw_GBps(self) -> float:
-        return self.bw_gbps / 8.0
+        return gbps_to_GBps(self.bw_gbps)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping
 
-import yaml
 
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
@@ -29,9 +28,12 @@ _FLOAT_FIELDS = (
     "gemm_efficiency",
     "attention_efficiency",
     "mem_efficiency",
+    "fp8_gemm_efficiency",
+    "attention_bwd_efficiency",
 )
-_INT_FIELDS = ("kernel_overhead_ns", "host_op_overhead_ns")
+_INT_FIELDS = ("kernel_overhead_ns", "host_op_overhead_ns", "sms", "attention_half_seq")
 _FRACTIONS = ("gemm_efficiency", "attention_efficiency", "mem_efficiency")
+_OPTIONAL_FRACTIONS = ("fp8_gemm_efficiency", "attention_bwd_efficiency")  # 0 = derived
 _PREFIXES = ("nvidia-", "tesla-", "amd-instinct-", "amd-")
 
 
@@ -74,7 +76,7 @@ def _spec_from_entry(name: str, entry: Any, source: str, base: DeviceSpec | None
     where = f"devices.{name}"
     if not isinstance(entry, Mapping):
         raise ConfigError(f"expected a mapping of device fields, found {type(entry).__name__}", file=source, field=where)
-    known = set(_FLOAT_FIELDS) | set(_INT_FIELDS) | {"vendor", "arch", "aliases", "base"}
+    known = set(_FLOAT_FIELDS) | set(_INT_FIELDS) | {"vendor", "arch", "aliases", "base", "source"}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ConfigError(f"unknown device field(s) {', '.join(map(str, unknown))}", file=source, field=where)
@@ -92,6 +94,8 @@ def _spec_from_entry(name: str, entry: Any, source: str, base: DeviceSpec | None
                 raise ConfigError(f"expected a non-negative number, found {value!r}", file=source, field=f"{where}.{key}")
             if key in _FRACTIONS and not 0 < value <= 1:
                 raise ConfigError(f"expected a fraction in (0, 1], found {value!r}", file=source, field=f"{where}.{key}")
+            if key in _OPTIONAL_FRACTIONS and value > 1:
+                raise ConfigError(f"expected a fraction in [0, 1], found {value!r}", file=source, field=f"{where}.{key}")
             values[key] = float(value)
     for key in _INT_FIELDS:
         if key in entry:
@@ -101,6 +105,7 @@ def _spec_from_entry(name: str, entry: Any, source: str, base: DeviceSpec | None
             values[key] = value
     values["vendor"] = str(entry.get("vendor", values.get("vendor", "unknown")))
     values["arch"] = str(entry.get("arch", values.get("arch", "unknown")))
+    values["source"] = str(entry.get("source", values.get("source", "")))
     values.setdefault("bf16_tflops", values["fp16_tflops"])
     values.setdefault("fp32_tflops", 0.0)
     values.setdefault("nvlink_bidir_GBps", 0.0)
@@ -116,10 +121,9 @@ def _spec_from_entry(name: str, entry: Any, source: str, base: DeviceSpec | None
 
 
 def _parse(text: str, source: str, devices: dict[str, DeviceSpec], index: dict[str, str]) -> None:
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {str(exc).splitlines()[0]}", file=source) from None
+    from xsim_trace.io.documents import parse_document
+
+    doc = parse_document(text, source, as_json=False, what="device file")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("devices"), Mapping):
         raise ConfigError("expected a top-level 'devices:' mapping", file=source, field="devices")
     for name, entry in doc["devices"].items():
@@ -157,13 +161,10 @@ def load_catalog(extra_file: "str | os.PathLike[str] | None" = None) -> Catalog:
     index: dict[str, str] = {}
     _parse(_builtin_text(), "xsim_trace/data/devices.yaml", devices, index)
     if extra_file is not None:
+        from xsim_trace.io.documents import read_text
+
         path = os.fspath(extra_file)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise ConfigError(f"cannot read device file: {exc.strerror}", file=path) from None
-        _parse(text, path, devices, index)
+        _parse(read_text(path, "device file"), path, devices, index)
     return Catalog(devices=dict(sorted(devices.items())), index=dict(sorted(index.items())))
 
 

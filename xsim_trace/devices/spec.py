@@ -38,6 +38,10 @@ DEFAULT_ATTENTION_EFFICIENCY = 0.55
 DEFAULT_MEM_EFFICIENCY = 0.80
 DEFAULT_KERNEL_OVERHEAD_NS = 2_000
 DEFAULT_HOST_OP_OVERHEAD_NS = 0
+#: flash attention: sequence (keys per query) at which the kernel reaches half its peak efficiency
+DEFAULT_ATTENTION_HALF_SEQ = 256
+#: flash attention backward efficiency relative to the forward's when a device does not give it
+DEFAULT_ATTENTION_BWD_RATIO = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,16 @@ class DeviceSpec:
     mem_efficiency: float = DEFAULT_MEM_EFFICIENCY
     kernel_overhead_ns: int = DEFAULT_KERNEL_OVERHEAD_NS
     host_op_overhead_ns: int = DEFAULT_HOST_OP_OVERHEAD_NS
+    #: streaming multiprocessors (compute units): GEMM wave quantization; 0 = not modelled
+    sms: int = 0
+    #: achievable fraction of the fp8 dense peak on large GEMMs; 0 = gemm_efficiency
+    fp8_gemm_efficiency: float = 0.0
+    #: flash attention backward, fraction of peak; 0 = DEFAULT_ATTENTION_BWD_RATIO x attention_efficiency
+    attention_bwd_efficiency: float = 0.0
+    #: keys per query at which flash attention reaches half its peak efficiency
+    attention_half_seq: int = DEFAULT_ATTENTION_HALF_SEQ
+    #: where the efficiency numbers come from (published measurements)
+    source: str = field(default="", compare=False)
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
     def peak_flops(self, precision: "Precision | str" = Precision.BF16) -> float:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from xsim_trace.errors import GraphError
+from xsim_trace.graph.bounds import trace_problems
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace
 
@@ -28,9 +29,12 @@ class ProblemKind(enum.Enum):
     UNKNOWN_TYPE = "unknown-type"
     UNMATCHED_SEND = "unmatched-send"
     UNMATCHED_RECV = "unmatched-recv"
+    P2P_SIZE_MISMATCH = "p2p-size-mismatch"
     MISSING_PEER = "missing-peer"
     COLLECTIVE_MISMATCH = "collective-mismatch"
     GROUP_MEMBERSHIP = "group-membership"
+    OUT_OF_RANGE = "out-of-range"
+    GROUP_ID = "group-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +79,8 @@ class _Collector:
 
 
 def check_trace(trace: Trace, file: str | None = None) -> list[Problem]:
-    """Duplicate ids, dangling and self dependencies, unknown node types, cycles."""
+    """Duplicate ids, dangling and self dependencies, unknown node types, values out of the engine's
+    range (:mod:`xsim_trace.graph.bounds`), cycles."""
     out = _Collector(file or trace.source, trace.rank)
     seen: dict[int, int] = {}
     for index, node in enumerate(trace.nodes):
@@ -93,6 +98,8 @@ def check_trace(trace: Trace, file: str | None = None) -> list[Problem]:
                     out.add(ProblemKind.SELF_DEP, f"{kind_name} dependency on itself", node.id)
                 elif dep not in seen:
                     out.add(ProblemKind.DANGLING_DEP, f"{kind_name} dependency on node {dep}, which is not in the file", node.id)
+    for node_id, _field, why in trace_problems(trace):
+        out.add(ProblemKind.OUT_OF_RANGE, why, node_id)
     cycle = find_cycle(trace.nodes, seen)
     if cycle:
         path = " -> ".join(str(n) for n in cycle[:12]) + (" -> ..." if len(cycle) > 12 else "")
@@ -149,19 +156,34 @@ def check_rank_set(
     comm_groups: Mapping[str, Iterable[int]] | None = None,
 ) -> list[Problem]:
     """Per-trace checks on every rank, then cross-rank ones: every send has a recv with the same
-    (src, dst, tag) and vice versa; collectives of one process group agree across its members."""
+    (src, dst, tag) and vice versa, of the same size; collectives of one process group agree across its
+    members."""
     problems: list[Problem] = []
     for rank in sorted(traces):
         problems.extend(check_trace(traces[rank]))
     problems.extend(check_p2p(traces))
     problems.extend(check_collectives(traces, comm_groups or {}))
+    problems.extend(check_group_ids(comm_groups or {}))
     return problems
+
+
+def check_group_ids(comm_groups: Mapping[str, Iterable[int]]) -> list[Problem]:
+    """Comm-group ids must be positive integers: ASTRA-sim parses each as an integer, reads pg "0"
+    as all ranks by itself and aborts on a comm-group entry with id 0."""
+    out = []
+    for key in comm_groups:
+        key = str(key)
+        if key.isascii() and key.isdigit() and key == str(int(key)) and int(key) > 0:
+            continue
+        why = "0 is the whole world and needs no entry" if key.isdigit() and int(key) == 0 else "not a positive integer"
+        out.append(Problem(ProblemKind.GROUP_ID, f"comm group id {key!r}: {why} (ASTRA-sim refuses the file)"))
+    return out
 
 
 def check_p2p(traces: Mapping[int, Trace]) -> list[Problem]:
     out: list[Problem] = []
-    sends: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
-    recvs: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    sends: dict[tuple[int, int, int], list[tuple[int, int, int | None]]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int], list[tuple[int, int, int | None]]] = defaultdict(list)
     world = set(traces)
     for rank in sorted(traces):
         trace = traces[rank]
@@ -172,24 +194,29 @@ def check_p2p(traces: Mapping[int, Trace]) -> list[Problem]:
                     out.append(Problem(ProblemKind.MISSING_PEER, "send without comm_dst", trace.source, rank, node.id))
                     continue
                 src = node.comm_src if node.comm_src is not None else rank
-                sends[(src, dst, node.comm_tag or 0)].append((rank, node.id))
+                sends[(src, dst, node.comm_tag or 0)].append((rank, node.id, node.comm_size_bytes))
             elif node.type == NodeType.COMM_RECV:
                 src = node.comm_src
                 if src is None:
                     out.append(Problem(ProblemKind.MISSING_PEER, "recv without comm_src", trace.source, rank, node.id))
                     continue
                 dst = node.comm_dst if node.comm_dst is not None else rank
-                recvs[(src, dst, node.comm_tag or 0)].append((rank, node.id))
+                recvs[(src, dst, node.comm_tag or 0)].append((rank, node.id, node.comm_size_bytes))
     for key in sorted(set(sends) | set(recvs)):
         src, dst, tag = key
         s, r = sends.get(key, []), recvs.get(key, [])
+        for (_srank, snode, ssize), (rrank, rnode, rsize) in zip(s, r):
+            if ssize != rsize:  # ASTRA-sim pairs by (tag, src, dst, size): such a recv never completes
+                out.append(Problem(ProblemKind.P2P_SIZE_MISMATCH,
+                                   f"recv {src}->{dst} tag {tag} expects {rsize} B but its send (node {snode} "
+                                   f"on rank {src}) has {ssize} B", traces[rrank].source, rrank, rnode))
         if len(s) > len(r):
-            for rank, node in s[len(r):]:
+            for rank, node, _size in s[len(r):]:
                 why = f"rank {dst} is not in the set" if dst not in world else f"no recv on rank {dst}"
                 out.append(Problem(ProblemKind.UNMATCHED_SEND, f"send {src}->{dst} tag {tag} has {why}",
                                    traces[rank].source, rank, node))
         elif len(r) > len(s):
-            for rank, node in r[len(s):]:
+            for rank, node, _size in r[len(s):]:
                 why = f"rank {src} is not in the set" if src not in world else f"no send on rank {src}"
                 out.append(Problem(ProblemKind.UNMATCHED_RECV, f"recv {src}->{dst} tag {tag} has {why}",
                                    traces[rank].source, rank, node))

@@ -6,19 +6,22 @@ ASTRA-sim's ``--comm-group-configuration`` reads.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
-from xsim_trace.errors import FormatError
+from xsim_trace.errors import FormatError, GraphError
 from xsim_trace.graph.model import Trace, comm_groups_to_json
 from xsim_trace.io.atomic import atomic_write
 from xsim_trace.io.et import Progress, read_et, write_et
+from xsim_trace.io.outset import StagedSet, output_set, recover
 
 COMM_GROUPS_SUFFIX = ".comm_groups.json"
+#: the cluster a plan's rank set was generated for (``xsim generate --plan``), part of the set
+CLUSTER_SUFFIX = ".cluster.yaml"
 _RANK_FILE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
 
 
@@ -39,14 +42,15 @@ class RankSet:
         return len(self.traces)
 
 
-def find_rank_files(prefix_or_dir: str | os.PathLike[str]) -> tuple[str, dict[int, Path]]:
+def find_rank_files(prefix_or_dir: str | os.PathLike[str], *, partial: bool = False) -> tuple[str, dict[int, Path]]:
     """Resolve a prefix (``out/dlrm`` for ``out/dlrm.0.et`` ...), a directory holding one rank set,
     or a single rank file, to ``(prefix, {rank: path})``.
 
-    Raises FormatError when nothing matches, when a directory holds several prefixes, or when ranks
-    are missing from 0..N-1.
+    Raises FormatError when nothing matches, when a directory holds several prefixes, or (unless
+    ``partial``) when ranks are missing from 0..N-1.
     """
     p = Path(prefix_or_dir)
+    recover(p if p.is_dir() else p.parent)  # finish or undo an interrupted write of a set here
     if p.is_dir():
         stems: dict[str, dict[int, Path]] = {}
         for child in sorted(p.iterdir()):
@@ -76,21 +80,17 @@ def find_rank_files(prefix_or_dir: str | os.PathLike[str]) -> tuple[str, dict[in
         if not files:
             raise FormatError("no rank files <prefix>.<rank>.et found", file=prefix)
     missing = sorted(set(range(max(files) + 1)) - set(files))
-    if missing:
+    if missing and not partial:
         shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
         raise FormatError(f"rank files missing for rank(s) {shown}", file=prefix, rank=missing[0])
     return prefix, dict(sorted(files.items()))
 
 
 def read_comm_groups(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    from xsim_trace.io.documents import load_document
+
     name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except FileNotFoundError:
-        raise FormatError("no such comm-group file", file=name) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"not valid JSON ({exc})", file=name) from None
+    raw = load_document(name, "comm-group file", as_json=True, error=FormatError)
     if not isinstance(raw, dict):
         raise FormatError("expected an object {\"<id>\": [ranks...]}", file=name)
     out: dict[str, tuple[int, ...]] = {}
@@ -105,9 +105,12 @@ def read_rank_set(
     prefix_or_dir: str | os.PathLike[str],
     progress: Progress | None = None,
     on_rank: Callable[[int, Path], None] | None = None,
+    *,
+    partial: bool = False,
 ) -> RankSet:
-    """Read every ``<prefix>.<rank>.et`` and the comm-group JSON if present."""
-    prefix, files = find_rank_files(prefix_or_dir)
+    """Read every ``<prefix>.<rank>.et`` and the comm-group JSON if present (``partial``: ranks may
+    be missing)."""
+    prefix, files = find_rank_files(prefix_or_dir, partial=partial)
     traces: dict[int, Trace] = {}
     for rank, path in files.items():
         if on_rank is not None:
@@ -122,11 +125,56 @@ def rank_path(prefix: str | os.PathLike[str], rank: int, compress: bool = False)
     return Path(f"{os.fspath(prefix)}.{rank}.et{'.gz' if compress else ''}")
 
 
+def check_group_ids(groups: Mapping[str, Iterable[int]], file: str | None = None) -> None:
+    """Comm-group ids as ASTRA-sim reads them: positive decimal integers.  ASTRA-sim takes pg
+    "0" (and "") as all ranks by itself and aborts on a group whose id is 0."""
+    from xsim_trace.graph.checks import check_group_ids as problems_of
+
+    problems = problems_of(groups)
+    if problems:
+        raise GraphError(f"cannot write {problems[0].message}", file=file)
+
+
 def write_comm_groups(prefix: str | os.PathLike[str], groups: Mapping[str, Iterable[int]]) -> Path:
+    """Write ``<prefix>.comm_groups.json``; ids must be positive integers (:func:`check_group_ids`)."""
     path = Path(os.fspath(prefix) + COMM_GROUPS_SUFFIX)
+    check_group_ids(groups, str(path))
     with atomic_write(path) as handle:
         handle.write(comm_groups_to_json({str(k): list(v) for k, v in groups.items()}) + "\n")
     return path
+
+
+@dataclass(frozen=True)
+class StagedRankSet:
+    """A rank set being written: ``prefix`` is where its files go first (see :func:`rank_set_output`)."""
+
+    staged: StagedSet
+    prefix: Path
+
+    def final(self, path: str | os.PathLike[str]) -> Path:
+        """Where a staged file of the set ends up."""
+        return self.staged.final(path)
+
+
+def rank_set_member(stem: str) -> Callable[[str], bool]:
+    """Whether a file name belongs to the rank set ``<stem>``: its rank files, comm groups, cluster."""
+    def owns(name: str) -> bool:
+        m = _RANK_FILE.match(name)
+        return (m is not None and m["stem"] == stem) or name in (stem + COMM_GROUPS_SUFFIX, stem + CLUSTER_SUFFIX)
+
+    return owns
+
+
+@contextlib.contextmanager
+def rank_set_output(prefix: str | os.PathLike[str], *, partial: bool = False) -> Iterator[StagedRankSet]:
+    """Write a whole rank set at once: files written under the yielded ``prefix`` replace the old
+    set of ``prefix`` together on a clean exit (:mod:`xsim_trace.io.outset`), and the old set's
+    other files (ranks beyond the new world, a ``.gz`` twin) go.  ``partial``: some ranks only
+    (``xsim generate --ranks``): the other files of the old set stay."""
+    target = Path(os.fspath(prefix))
+    owns = None if partial else rank_set_member(target.name)
+    with output_set(target.parent, owns, label=target.name[:40]) as staged:
+        yield StagedRankSet(staged, staged.path(target.name))
 
 
 def write_rank_set(
@@ -136,13 +184,28 @@ def write_rank_set(
     *,
     compress: bool = False,
     progress: Progress | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> list[Path]:
-    """Write one file per rank (each atomically) and, if given, the comm-group JSON."""
-    paths = []
-    for rank in sorted(traces):
-        path = rank_path(prefix, rank, compress)
-        write_et(path, traces[rank], compress=compress, progress=progress)
-        paths.append(path)
+    """Write one file per rank and, if given, the comm-group JSON (a group "0" of all the ranks is
+    left out: pg "0" means all ranks anyway; any other id must be a positive integer), as one set:
+    the old set of ``prefix`` stays whole until all new files are written.  ``extra``: more files of
+    the set, ``{suffix: text}`` written to ``<prefix><suffix>``.  Returns the final paths."""
     if comm_groups is not None:
-        paths.append(write_comm_groups(prefix, comm_groups))
-    return paths
+        world = tuple(sorted(traces))
+        if "0" in comm_groups and tuple(sorted(comm_groups["0"])) == world == tuple(range(len(world))):
+            comm_groups = {k: v for k, v in comm_groups.items() if k != "0"}  # pg "0" is all ranks without an entry
+        check_group_ids(comm_groups, os.fspath(prefix) + COMM_GROUPS_SUFFIX)
+    paths = []
+    with rank_set_output(prefix) as out:
+        for rank in sorted(traces):
+            path = rank_path(out.prefix, rank, compress)
+            write_et(path, traces[rank], compress=compress, progress=progress)
+            paths.append(path)
+        if comm_groups is not None:
+            paths.append(write_comm_groups(out.prefix, comm_groups))
+        for suffix, text in (extra or {}).items():
+            path = Path(f"{out.prefix}{suffix}")
+            with atomic_write(path) as handle:
+                handle.write(text)
+            paths.append(path)
+    return [out.final(p) for p in paths]

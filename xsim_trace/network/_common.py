@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from xsim_trace.errors import BackendError
 from xsim_trace.network.protocol import Flow
 
@@ -53,3 +55,15 @@ class FlowChecks:
     def _check_advance(self, now_ns: int) -> None:
         if now_ns < self._now_ns:
             raise BackendError(f"advance to {now_ns} ns, before the backend clock {self._now_ns} ns", field="now_ns")
+
+
+def endpoint_port_mask(topology: Any) -> list[bool]:
+    """Per link id: True for an endpoint port, a link that touches a rank (a GPU's NVLink or PCIe
+    port) or a NIC (``topology.nic_vertices``: the NIC's link to the GPU and its fabric port)."""
+    n = int(topology.num_ranks)
+    nics = topology.nic_vertices
+
+    def is_end(v: Any) -> bool:
+        return (isinstance(v, (int, np.integer)) and 0 <= int(v) < n) or v in nics
+
+    return [is_end(ln.src) or is_end(ln.dst) for ln in topology.links]

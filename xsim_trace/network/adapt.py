@@ -43,6 +43,8 @@ class AdaptedTopology:
         self.num_ranks = int(n)
         self.vertices = list(getattr(inner, "vertices", sorted(ends, key=repr)))
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        #: a hand-made topology names no NICs: its endpoint ports are the links that touch a rank
+        self.nic_vertices: frozenset = frozenset()
 
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         key = (src, dst)

@@ -1,17 +1,27 @@
-"""``analytical-ca``: congestion-aware analytical backend, the semantics of ASTRA-sim's
-congestion-aware analytical network.
+"""``analytical-ca``: congestion-aware analytical backend: ASTRA-sim's congestion-aware link model
+(busy flag and FIFO queue per directed link), with a flow pipelined in chunks as NCCL sends it.
 
-Every directed link has a busy flag and a FIFO queue.  A flow is one store-and-forward unit
-(ASTRA-sim's chunk): arriving at a link it queues if the link is busy, else is transmitted at once.
-Transmitting ``S`` bytes at time ``t`` schedules the flow's arrival at the next vertex at
-``t + floor(latency + S / bw)`` and the link's release at ``t + floor(S / bw)`` (in that order), so
-latency overlaps the next flow's serialisation; a released link transmits its oldest queued flow.
-The flow completes when it arrives at its destination.  Events at equal times run in the order they
-were scheduled.  ``rounding="ceil"`` rounds the two delays up instead of truncating.
+A flow holds each link of its route in turn, in FIFO order with the other flows on that link.  On
+link ``l`` (bandwidth ``bw``, latency ``lat``) a flow of ``S`` bytes that starts transmitting at
+``t``, whose tail reached this link's source vertex at ``a_prev``, with chunk ``c = min(S, chunk)``:
 
-``next_completion_ns`` must look past internal events without committing them (a flow started
-later could still reach a link first), so it runs them under a journal (heap copy + the state of
-every link it touched), kept when ``advance`` reaches that completion, rolled back otherwise.
+- its head (first chunk) reaches the next vertex at ``t + comm(c)``, where it queues for the next
+  link (``comm(x) = lat + x / bw``, ``ser(x) = x / bw``, each rounded once);
+- the link is released at ``max(t + ser(S), a_prev + ser(c))`` (the last chunk cannot leave
+  before it has arrived);
+- its tail reaches the next vertex at ``max(t + comm(S), a_prev + comm(c))``; the flow completes
+  when its tail reaches the destination.
+
+So a message crossing ``k`` equal links costs ``k lat + (S + (k-1) c) / bw`` (NCCL's chunk
+pipeline), not ``k (lat + S / bw)`` (whole-message store and forward).  With ``chunk_bytes=0``, or
+for flows no larger than a chunk, this is exactly ASTRA-sim's congestion-aware analytical network:
+each flow one store-and-forward chunk, arrival ``t + floor(lat + S/bw)``, release
+``t + floor(S/bw)``, scheduled in that order (latency overlaps the next flow's serialisation).
+Events at equal times run in the order they were scheduled.  ``rounding="ceil"`` rounds up.
+
+The default chunk is 128 KiB (NCCL's ``NCCL_P2P_NET_CHUNKSIZE`` default).  Completions are found by
+:class:`~xsim_trace.network.speculate.SpeculativeBackend` (with a horizon: no speculation, O(log n)
+per event; without: a journal of touched links and of heap entries, undone on rollback).
 """
 
 from __future__ import annotations
@@ -20,174 +30,210 @@ import heapq
 from collections import deque
 from typing import Any, ClassVar
 
-from xsim_trace.network._common import FlowChecks, check_rounding, to_ns
-from xsim_trace.network.protocol import Flow
+from xsim_trace.errors import BackendError
+from xsim_trace.network._common import check_rounding, to_ns
+from xsim_trace.network.protocol import BackendCapabilities, Flow, TopologyLike
+from xsim_trace.network.speculate import SpeculativeBackend
 
-_ARRIVE = 0
-_FREE = 1
+_ARRIVE = 0  # the head reaches hop ``hop``'s link
+_FREE = 1  # a link is released
+_DONE = 2  # the tail reaches the destination
+
+#: NCCL's default chunk for network point-to-point transfers (NCCL_P2P_NET_CHUNKSIZE)
+DEFAULT_CHUNK_BYTES = 128 << 10
 
 
 class _Rec:
-    __slots__ = ("fid", "links", "ser", "comm")
+    """One flow's route and its per-hop delays: whole message (ser, comm), one chunk (cser, ccomm)."""
 
-    def __init__(self, fid: int, links: tuple[int, ...], ser: tuple[int, ...], comm: tuple[int, ...]) -> None:
+    __slots__ = ("fid", "links", "ser", "comm", "cser", "ccomm", "nh")
+
+    def __init__(self, fid: int, hops: tuple) -> None:
         self.fid = fid
-        self.links = links
-        self.ser = ser
-        self.comm = comm
+        self.links, self.ser, self.comm, self.cser, self.ccomm = hops
+        self.nh = len(self.links)
 
 
-class AnalyticalCongestionAwareBackend(FlowChecks):
+class AnalyticalCongestionAwareBackend(SpeculativeBackend):
     name: ClassVar[str] = "analytical-ca"
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True)
 
-    def __init__(self, topology: Any, *, rounding: str = "floor") -> None:
+    def __init__(self, topology: TopologyLike, *, rounding: str = "floor", chunk_bytes: int | None = DEFAULT_CHUNK_BYTES) -> None:
         self.topology = topology
         self.rounding = check_rounding(rounding)
+        if chunk_bytes is not None and (not isinstance(chunk_bytes, int) or chunk_bytes < 0):
+            raise BackendError(f"expected chunk_bytes >= 0 (0 = store and forward), found {chunk_bytes!r}",
+                               field="chunk_bytes")
+        self.chunk_bytes = int(chunk_bytes or 0)
         self._now_ns = 0
+        self._promised_ns = 0
         self._active: set[int] = set()
+        self._finished: list[tuple[int, int]] = []
+        self._spec = None
         n = len(topology.links)
         self._busy: list[bool] = [False] * n
         self._queue: dict[int, deque] = {}
         self._bw = [float(x) for x in topology.bw_Bpns]
         self._lat = [float(x) for x in topology.latency]
-        # heap entries: (time, seq, kind, rec or link, hop); ARRIVE with hop == len(links) = completion
+        # heap entries: (time, seq, kind, rec or link, hop, tail time at the hop's source vertex)
         self._heap: list[tuple] = []
         self._seq = 0
+        # journal while speculating: link -> (busy, queue), heap entries popped, seqs pushed
         self._journal: dict[int, tuple[bool, tuple]] | None = None
-        self._spec: tuple[list, int, int | None] | None = None
-        self._hops: dict[tuple[int, int, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+        self._popped: list[tuple] = []
+        self._pushed: set[int] = set()
+        self._dead: set[int] = set()
+        self._hops: dict[tuple[int, int, int], tuple] = {}
         self.flows_started = 0
         self.events = 0
+        self.heap_ops = 0
 
     # ---- the link model ---------------------------------------------------------------------------
-    def _push(self, t: int, kind: int, obj: Any, hop: int) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, kind, obj, hop))
+    def _hop_delays(self, src: int, dst: int, size: int) -> tuple:
+        key = (src, dst, size)
+        hit = self._hops.get(key)
+        if hit is None:
+            links = tuple(self.topology.route(src, dst))
+            s = float(size)
+            c = float(min(size, self.chunk_bytes)) if self.chunk_bytes else s
+            r = self.rounding
+            bw, lat = self._bw, self._lat
+            ser = tuple(to_ns(s / bw[l], r) for l in links)
+            comm = tuple(to_ns(lat[l] + s / bw[l], r) for l in links)
+            cser = tuple(to_ns(c / bw[l], r) for l in links)
+            ccomm = tuple(to_ns(lat[l] + c / bw[l], r) for l in links)
+            hit = (links, ser, comm, cser, ccomm)
+            if len(self._hops) < 1 << 20:
+                self._hops[key] = hit
+        return hit
 
-    def _run(self, limit: float, stop_at_done: bool) -> list[tuple[int, int]]:
-        """Run events with time <= limit; completions are popped and returned, or (``stop_at_done``)
-        left on top.  One loop with local names: this is the hot path."""
+    def _run(self, limit: float, stop_at_done: bool) -> int | None:
+        """Run events with time <= limit.  One loop with local names: this is the hot path."""
         heap = self._heap
         busy = self._busy
         queue = self._queue
         journal = self._journal
+        dead = self._dead
         seq = self._seq
         pop = heapq.heappop
         push = heapq.heappush
-        done: list[tuple[int, int]] = []
+        finished = self._finished
         n = 0
+        ops = 0
+        stop: int | None = None
         while heap:
             e = heap[0]
+            if dead and e[1] in dead:
+                pop(heap)
+                dead.discard(e[1])
+                continue
             t = e[0]
             if t > limit:
+                if stop_at_done and e[2] == _DONE:
+                    stop = t
                 break
-            kind, obj, hop = e[2], e[3], e[4]
-            if kind == _ARRIVE and hop == len(obj.links):
-                if stop_at_done:
-                    break
-                pop(heap)
-                done.append((t, obj.fid))
-                continue
+            kind = e[2]
+            if kind == _DONE and stop_at_done:
+                stop = t
+                break
             pop(heap)
+            ops += 1
+            if journal is not None:
+                if e[1] in self._pushed:
+                    self._pushed.discard(e[1])
+                else:
+                    self._popped.append(e)
+            if kind == _DONE:
+                finished.append((t, e[3].fid))
+                continue
             n += 1
             if kind == _FREE:
-                link = obj
+                link = e[3]
                 q = queue.get(link)
                 if journal is not None and link not in journal:
                     journal[link] = (busy[link], tuple(q) if q else ())
                 if not q:
                     busy[link] = False
                     continue
-                rec, h = q.popleft()
+                rec, h, tail = q.popleft()
             else:
-                link = obj.links[hop]
+                rec, h, tail = e[3], e[4], e[5]
+                link = rec.links[h]
+                if journal is not None and link not in journal:
+                    q = queue.get(link)
+                    journal[link] = (busy[link], tuple(q) if q else ())
                 if busy[link]:
-                    if journal is not None and link not in journal:
-                        q = queue.get(link)
-                        journal[link] = (True, tuple(q) if q else ())
                     q = queue.get(link)
                     if q is None:
                         q = queue[link] = deque()
-                    q.append((obj, hop))
+                    q.append((rec, h, tail))
                     continue
-                if journal is not None and link not in journal:
-                    q = queue.get(link)
-                    journal[link] = (False, tuple(q) if q else ())
-                rec, h = obj, hop
-            # transmit rec on link: arrival first, then the release (ASTRA-sim's order)
+            # transmit rec's hop h on link at t: the head (or tail) event first, then the release
             busy[link] = True
+            if h == 0:
+                tail_next = t + rec.comm[0]
+                free_t = t + rec.ser[0]
+            else:
+                tail_next = max(t + rec.comm[h], tail + rec.ccomm[h])
+                free_t = max(t + rec.ser[h], tail + rec.cser[h])
             seq += 1
-            push(heap, (t + rec.comm[h], seq, _ARRIVE, rec, h + 1))
+            if h + 1 == rec.nh:
+                push(heap, (tail_next, seq, _DONE, rec, h + 1, tail_next))
+            else:
+                push(heap, (t + rec.ccomm[h], seq, _ARRIVE, rec, h + 1, tail_next))
+            if journal is not None:
+                self._pushed.add(seq)
             seq += 1
-            push(heap, (t + rec.ser[h], seq, _FREE, link, 0))
+            push(heap, (free_t, seq, _FREE, link, 0, 0))
+            if journal is not None:
+                self._pushed.add(seq)
+            ops += 2
         self._seq = seq
         self.events += n
-        return done
+        self.heap_ops += ops
+        return stop
 
-    @staticmethod
-    def _is_done(e: tuple) -> bool:
-        return e[2] == _ARRIVE and e[4] == len(e[3].links)
+    def _next_done_ns(self) -> int | None:
+        h = self._heap
+        while h and self._dead and h[0][1] in self._dead:
+            self._dead.discard(heapq.heappop(h)[1])
+        return h[0][0] if h and h[0][2] == _DONE else None
 
-    # ---- protocol ---------------------------------------------------------------------------------
-    def start_flow(self, flow: Flow, now_ns: int) -> None:
-        self._check_start(flow, now_ns)
-        self._rollback()
-        key = (flow.src, flow.dst, flow.size_bytes)
-        hit = self._hops.get(key)
-        if hit is None:
-            links = self.topology.route(flow.src, flow.dst)
-            s = float(flow.size_bytes)
-            r = self.rounding
-            ser = tuple(to_ns(s / self._bw[l], r) for l in links)
-            comm = tuple(to_ns(self._lat[l] + s / self._bw[l], r) for l in links)
-            hit = (links, ser, comm)
-            if len(self._hops) < 1 << 20:
-                self._hops[key] = hit
-        self._active.add(flow.flow_id)
-        self.flows_started += 1
-        self._push(now_ns, _ARRIVE, _Rec(flow.flow_id, *hit), 0)
+    # ---- journal ------------------------------------------------------------------------------------
+    def _journal_begin(self) -> None:
+        self._journal = {}
+        self._popped = []
+        self._pushed = set()
 
-    def _rollback(self) -> None:
-        spec = self._spec
-        self._spec = None
-        if spec is None:
-            return
-        self._heap, self._seq, _ = spec
+    def _journal_commit(self) -> None:
+        self._journal = None
+        self._popped = []
+        self._pushed = set()
+
+    def _journal_rollback(self) -> None:
         for link, (busy, q) in self._journal.items():
             self._busy[link] = busy
             if q:
                 self._queue[link] = deque(q)
             else:
                 self._queue.pop(link, None)
-        self._journal = None
+        for e in self._popped:
+            heapq.heappush(self._heap, e)
+        self.heap_ops += len(self._popped)
+        self._dead |= self._pushed
+        # what speculation completed is not finished after all
+        if self._finished:
+            keep = {e[3].fid for e in self._popped if e[2] == _DONE}
+            self._finished = [x for x in self._finished if x[1] not in keep]
+        self._journal_commit()
 
-    def next_completion_ns(self) -> int | None:
-        if self._spec is not None:
-            return self._spec[2]
-        h = self._heap
-        if not h:
-            return None
-        if self._is_done(h[0]):
-            return h[0][0]
-        saved = (list(h), self._seq)
-        self._journal = {}
-        self._run(float("inf"), True)
-        c = self._heap[0][0] if self._heap else None
-        self._spec = (*saved, c)
-        return c
-
-    def advance(self, now_ns: int) -> list[int]:
-        self._check_advance(now_ns)
-        spec = self._spec
-        if spec is not None:
-            if spec[2] is not None and now_ns >= spec[2]:
-                self._spec = None
-                self._journal = None
-            else:
-                self._rollback()
-        self._now_ns = now_ns
-        done = self._run(now_ns, False)
-        for _, fid in done:
-            self._active.discard(fid)
-        done.sort()
-        return [fid for _, fid in done]
+    # ---- protocol ---------------------------------------------------------------------------------
+    def start_flow(self, flow: Flow, now_ns: int) -> None:
+        self._start_checks(flow, now_ns)
+        rec = _Rec(flow.flow_id, self._hop_delays(flow.src, flow.dst, flow.size_bytes))
+        self._active.add(flow.flow_id)
+        self.flows_started += 1
+        self._seq += 1
+        kind = _DONE if rec.nh == 0 else _ARRIVE
+        heapq.heappush(self._heap, (now_ns, self._seq, kind, rec, 0, now_ns))
+        self.heap_ops += 1

@@ -9,8 +9,10 @@ bandwidth when done (transmission end rounded up to an integer ns), and complete
 ``ceil(sum of its links' latency_ns)`` later (latency added once, not per hop).  Empty routes
 (src == dst) complete at once; zero-byte flows after the path latency.
 
-Transmission ends are internal events: ``next_completion_ns`` runs past them speculatively with a
-journal of what it changed, kept if ``advance`` reaches that completion, else rolled back.
+Transmission ends are internal events; completions are found by
+:class:`~xsim_trace.network.speculate.SpeculativeBackend` (with a horizon: run for good; without:
+speculatively with a journal of what changed, kept if ``advance`` reaches that completion, else
+rolled back).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from xsim_trace.network._common import FlowChecks
-from xsim_trace.network.protocol import Flow
+from xsim_trace.network.protocol import BackendCapabilities, Flow, TopologyLike
+from xsim_trace.network.speculate import SpeculativeBackend
 
 _TX_END = 1
 _DONE = 0  # completions sort first at equal times: answered without speculation
@@ -56,8 +58,9 @@ def _ceil_ns(x: float) -> int:
     return int(math.ceil(x - 1e-9 * abs(x)))
 
 
-class FlowLevelBackend(FlowChecks):
+class FlowLevelBackend(SpeculativeBackend):
     name: ClassVar[str] = "flow"
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True)
 
     def __init__(self, topology: Any) -> None:
         self.topology = topology
@@ -65,6 +68,7 @@ class FlowLevelBackend(FlowChecks):
         self._bw_np = np.asarray(topology.bw_Bpns, dtype=np.float64)
         self._lat = [float(x) for x in topology.latency]
         self._now_ns = 0
+        self._promised_ns = 0
         self._active: set[int] = set()
         self._on_link: dict[int, dict[_F, None]] = {}
         self._heap: list[tuple[int, int, int, _F, int]] = []
@@ -78,7 +82,8 @@ class FlowLevelBackend(FlowChecks):
         # speculation journal (None when not speculating)
         self._journal: dict[_F, tuple] | None = None
         self._removed: list[_F] = []
-        self._spec: tuple[int, set[int], int | None] | None = None
+        self._spec = None
+        self._saved: tuple[int, set[int]] | None = None
         self._paths: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
         self.flows_started = 0
         self.recomputes = 0
@@ -271,13 +276,14 @@ class FlowLevelBackend(FlowChecks):
             if self._top() is None or self._heap[0][0] > t:
                 self._flush()
 
-    # ---- protocol -------------------------------------------------------------------------------
-    def _rollback(self) -> None:
-        spec = self._spec
-        self._spec = None
-        if spec is None:
-            return
-        t, dirty, _ = spec
+    # ---- journal (SpeculativeBackend hooks) -----------------------------------------------------
+    def _journal_begin(self) -> None:
+        self._saved = (self._t, set(self._dirty))
+        self._journal = {}
+        self._removed = []
+        self._popped = []
+
+    def _journal_rollback(self) -> None:
         for f in self._removed:
             for l in f.links:
                 self._on_link.setdefault(l, {})[f] = None
@@ -285,17 +291,21 @@ class FlowLevelBackend(FlowChecks):
             f.restore(st)
         for e in self._popped:  # what speculation pushed is stale now (its versions are gone)
             heapq.heappush(self._heap, e)
+        self._t, self._dirty = self._saved
+        self._journal_commit()
+
+    def _journal_commit(self) -> None:
         self._journal = None
         self._removed = []
         self._popped = None
-        self._t, self._dirty = t, dirty
+        self._saved = None
 
-    def _commit(self) -> None:
-        self._spec = None
-        self._journal = None
-        self._removed = []
-        self._popped = None
+    def _next_done_ns(self) -> int | None:
+        self._flush()
+        e = self._top()
+        return e[0] if e is not None and e[1] == _DONE else None
 
+    # ---- protocol -------------------------------------------------------------------------------
     def _compact(self) -> None:
         """Drop stale heap entries once they outnumber the live ones (not while speculating)."""
         h = self._heap
@@ -303,9 +313,15 @@ class FlowLevelBackend(FlowChecks):
             self._heap = [e for e in h if e[4] == e[3].ver]
             heapq.heapify(self._heap)
 
+    def advance(self, now_ns: int) -> list[int]:
+        self._check_advance(now_ns)
+        self._settle(now_ns)
+        self._compact()
+        return super().advance(now_ns)
+
     def start_flow(self, flow: Flow, now_ns: int) -> None:
-        self._check_start(flow, now_ns)
-        self._rollback()
+        self._start_checks(flow, now_ns)
+        self._compact()
         self._run(now_ns, False)
         if now_ns > self._t:
             self._flush()
@@ -330,43 +346,3 @@ class FlowLevelBackend(FlowChecks):
             for l in links:
                 self._on_link.setdefault(l, {})[f] = None
                 self._dirty.add(l)
-
-    def next_completion_ns(self) -> int | None:
-        if self._spec is not None:
-            return self._spec[2]
-        if self._finished:
-            return min(self._finished)[0]
-        self._flush()
-        e = self._top()
-        if e is None:
-            return None
-        if e[1] == _DONE:
-            return e[0]
-        # speculate past transmission ends
-        saved = (self._t, set(self._dirty))
-        self._journal = {}
-        self._removed = []
-        self._popped = []
-        c = self._run(math.inf, True)  # type: ignore[arg-type]
-        self._spec = (*saved, c)
-        return c
-
-    def advance(self, now_ns: int) -> list[int]:
-        self._check_advance(now_ns)
-        spec = self._spec
-        if spec is not None:
-            if spec[2] is not None and now_ns >= spec[2]:
-                self._commit()
-            else:
-                self._rollback()
-        self._compact()
-        self._now_ns = now_ns
-        self._run(now_ns, False)
-        if now_ns > self._t and self._dirty:
-            self._flush()
-        done = [x for x in self._finished if x[0] <= now_ns]
-        self._finished = [x for x in self._finished if x[0] > now_ns]
-        done.sort()
-        for _, fid in done:
-            self._active.discard(fid)
-        return [fid for _, fid in done]

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from xsim_trace.errors import BackendError
-from xsim_trace.network.protocol import Flow
+from xsim_trace.network.protocol import BackendCapabilities, Flow
 
 log = logging.getLogger(__name__)
 
@@ -368,6 +368,9 @@ class Ns3Backend:
     """
 
     name: ClassVar[str] = "ns3"
+    #: ``next_completion_ns(horizon_ns=h)`` is understood (see there); a worker process to close
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True,
+                                                                      needs_close=True)
 
     def __init__(self, topology: Any, config: Ns3Config | None = None) -> None:
         reason = ns3_unusable_reason()
@@ -453,9 +456,6 @@ class Ns3Backend:
             return
         self._call({"op": "start", "id": flow.flow_id, "size": flow.size_bytes, "t": now_ns, "path": fwd, "rpath": rev})
         self._active.add(flow.flow_id)
-
-    #: ``next_completion_ns(horizon_ns=h)`` is understood (see there)
-    accepts_horizon: ClassVar[bool] = True
 
     def next_completion_ns(self, horizon_ns: int | None = None) -> int | None:
         """Exact time of the earliest completion if no flow starts meanwhile.

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from xsim_trace.errors import BackendError
+from xsim_trace.network.protocol import NetworkBackend
 
-Factory = Callable[..., Any]
+#: ``factory(topology, **options) -> NetworkBackend``
+Factory = Callable[..., NetworkBackend]
 
 _FACTORIES: dict[str, Factory] = {}
 #: name -> (module, factory attribute, python package whose presence makes it available)
@@ -69,7 +71,9 @@ def normalise_name(name: str) -> str:
     return str(name).strip().lower().replace("_", "-")
 
 
-def make_backend(name: str, topology: Any, **options: Any) -> Any:
+def make_backend(name: str, topology: Any, **options: Any) -> NetworkBackend:
+    """A new backend ``name`` over ``topology`` (a Topology or a topology-like object, see adapt.py);
+    its optional capabilities are in ``capabilities_of(backend)``."""
     key = normalise_name(name)
     factory = _resolve(key)
     if factory is None:
@@ -87,7 +91,7 @@ def _builtin() -> None:
     from xsim_trace.network.flowlevel import FlowLevelBackend  # noqa: PLC0415
 
     def factory(cls: type) -> Factory:
-        def make(topology: Any, **options: Any) -> Any:
+        def make(topology: Any, **options: Any) -> NetworkBackend:
             return cls(as_topology(topology), **options)
 
         make.__name__ = f"make_{cls.__name__}"

@@ -67,7 +67,10 @@ class Topology:
         self._by_ends: dict[tuple[Hashable, Hashable], int] = {}
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._groups: list[_GroupNet] = []
+        #: NIC vertices (their links are endpoint ports: see network/_common.endpoint_port_mask)
+        self.nic_vertices: frozenset[str] = frozenset()
         self._build()
+        self.nic_vertices = frozenset(v for v in self.vertices if isinstance(v, str) and v in self._nic_names)
         n = len(self.links)
         self.bw_GBps = np.fromiter((ln.bw_GBps for ln in self.links), dtype=np.float64, count=n)
         #: bytes per ns (== bw_GBps, since 1 GB/s = 1e9 B / 1e9 ns)
@@ -98,6 +101,7 @@ class Topology:
             border_bw[ln.a] = border_bw.get(ln.a, 0.0) + ln.bw_GBps
             border_bw[ln.b] = border_bw.get(ln.b, 0.0) + ln.bw_GBps
         self._tops: list[list[str]] = []
+        self._nic_names: set[str] = set()
         for gi, g in enumerate(c.groups):
             name = g.name
             nics = g.nic.count if g.nic is not None else 0
@@ -115,7 +119,7 @@ class Topology:
                         for a, b, lanes in g.intra.mesh:
                             self._link(ranks[a], ranks[b], g.intra.bw_GBps * lanes, g.intra.latency_ns, "nvlink")
                 for k in range(nics):
-                    self._vertex(f"{name}.n{n}.nic{k}")
+                    self._nic_names.add(self._vertex(f"{name}.n{n}.nic{k}"))
                 for l, r in enumerate(ranks):
                     if nics:
                         k = l * nics // g.devices_per_node

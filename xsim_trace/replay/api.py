@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from xsim_trace.errors import ConfigError
+from xsim_trace.errors import ConfigError, GraphError
+from xsim_trace.graph.bounds import check_bounds
 from xsim_trace.graph.model import Trace
 from xsim_trace.replay.compile import CompiledWorkload, compile_workload
 from xsim_trace.replay.engine import Engine
 from xsim_trace.replay.results import ReplayResult, build_result
 from xsim_trace.replay.settings import ReplaySettings
+
+
+def compile_checked(
+    traces: Mapping[int, Trace],
+    comm_groups: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    drop_missing_deps: bool = False,
+) -> CompiledWorkload:
+    """Check every value against what the engine can represent (:mod:`xsim_trace.graph.bounds`),
+    then compile: the entry point of every replay of traces read from files."""
+    check_bounds(traces)
+    return compile_workload(traces, comm_groups, drop_missing_deps=drop_missing_deps)
 
 
 def replay_compiled(
@@ -32,10 +45,33 @@ def replay_compiled(
             group_of = lambda r: cluster.group_of(r).name  # noqa: E731
         else:
             group_of = cluster.gpu_type
-    raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, progress=progress).run()
+    pricer = None
+    if settings.collective_model == "nccl":
+        pricer = nccl_pricer(settings, cluster, backend)
+    try:
+        raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, pricer=pricer,
+                     progress=progress).run()
+    except OverflowError as exc:  # the bounds keep times in int64; a backend's own numbers can still overflow
+        raise GraphError(f"simulated time does not fit in 64-bit nanoseconds ({exc}): check the cluster's "
+                         "bandwidths and latencies and the trace's sizes") from None
     return build_result(
         workload, raw, backend=str(getattr(backend, "name", type(backend).__name__)), settings=settings, group_of=group_of
     )
+
+
+def nccl_pricer(settings: ReplaySettings, cluster, backend):
+    """The NCCL model as the engine's collective pricer; it prices collectives whole, which needs a
+    resolved cluster and a contention-free backend."""
+    from xsim_trace.network.nccl.pricer import NcclPricer  # noqa: PLC0415
+    from xsim_trace.replay.collective_pricing import is_contention_free  # noqa: PLC0415
+
+    if cluster is None or not hasattr(cluster, "groups"):
+        raise ConfigError("collective_model nccl needs the cluster the ranks run on", field="collective_model")
+    if not is_contention_free(backend):
+        name = getattr(backend, "name", type(backend).__name__)
+        raise ConfigError(f"collective_model nccl prices collectives whole: use a contention-free backend "
+                          f"(analytical), found {name}", field="collective_model")
+    return NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto)
 
 
 def replay(
@@ -49,5 +85,5 @@ def replay(
     progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
     """Replay ``{rank: Trace}`` over ``backend`` (a NetworkBackend whose endpoints are the ranks)."""
-    workload = compile_workload(traces, comm_groups)
+    workload = compile_checked(traces, comm_groups)
     return replay_compiled(workload, backend, settings, cluster=cluster, closed_form=closed_form, progress=progress)

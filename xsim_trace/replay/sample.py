@@ -16,12 +16,23 @@ from xsim_trace.graph.model import Node, Trace, make_metadata, make_node
 COMPUTE_STREAM, TP_STREAM, DP_STREAM = 0, 1, 2
 
 
+def tp_group_id(d: int) -> str:
+    """Comm-group id of the TP group of DP index ``d``: "1" .. "dp" (ids are integers from 1, as
+    ASTRA-sim reads them)."""
+    return str(d + 1)
+
+
+def dp_group_id(t: int, dp: int) -> str:
+    """Comm-group id of the DP group of TP index ``t``: after the TP groups."""
+    return str(dp + t + 1)
+
+
 def tp_dp_groups(tp: int, dp: int) -> dict[str, tuple[int, ...]]:
     groups: dict[str, tuple[int, ...]] = {}
     for d in range(dp):
-        groups[f"tp{d}"] = tuple(d * tp + t for t in range(tp))
+        groups[tp_group_id(d)] = tuple(d * tp + t for t in range(tp))
     for t in range(tp):
-        groups[f"dp{t}"] = tuple(d * tp + t for d in range(dp))
+        groups[dp_group_id(t, dp)] = tuple(d * tp + t for d in range(dp))
     return groups
 
 
@@ -65,7 +76,7 @@ def tp_dp_step(
         def tp_ar(name: str, deps) -> int:
             return add(
                 name, NodeType.COMM_COLL, deps, comm_type=int(CollectiveType.ALL_REDUCE), comm_size=tp_bytes,
-                pg_name=f"tp{d}", comm_kind="tp", stream=TP_STREAM,
+                pg_name=tp_group_id(d), comm_kind="tp", stream=TP_STREAM,
             )
 
         for layer in range(layers):
@@ -80,7 +91,7 @@ def tp_dp_step(
             grad_syncs.append(
                 add(
                     f"bwd.l{layer}.dp_allreduce", NodeType.COMM_COLL, [last], comm_type=int(CollectiveType.ALL_REDUCE),
-                    comm_size=grad_bytes, pg_name=f"dp{t}", comm_kind="dp", stream=DP_STREAM,
+                    comm_size=grad_bytes, pg_name=dp_group_id(t, dp), comm_kind="dp", stream=DP_STREAM,
                 )
             )
         add("optimizer.step", NodeType.COMP, [last, *grad_syncs], dur=int(gemm_ns * 0.5 * scale), stream=COMPUTE_STREAM)

@@ -60,6 +60,9 @@ def collective_type(text: str, field_name: str = "algorithm") -> CollectiveType:
         raise ConfigError(f"expected a collective type ({names}), found {text!r}", field=field_name) from None
 
 
+COLLECTIVE_MODELS = ("schedule", "nccl")
+
+
 @dataclass(frozen=True, slots=True)
 class ReplaySettings:
     """How collectives become flows.
@@ -80,8 +83,25 @@ class ReplaySettings:
     endpoint_delay_ns: int = 0
     reduction_delay_ns: int = 0
     p2p: str = "eager"
+    #: what prices a whole collective on a contention-free backend: ``schedule`` (walk the configured
+    #: algorithm's steps over the backend) or ``nccl`` (xsim_trace.network.nccl: NCCL's algorithm and
+    #: protocol choice; ``nccl_algo`` / ``nccl_proto`` force them like NCCL_ALGO / NCCL_PROTO)
+    collective_model: str = "schedule"
+    nccl_algo: str | None = None
+    nccl_proto: str | None = None
 
     def __post_init__(self) -> None:
+        if self.collective_model not in COLLECTIVE_MODELS:
+            raise ConfigError(f"expected one of {', '.join(COLLECTIVE_MODELS)}, found {self.collective_model!r}",
+                              field="collective_model")
+        if self.collective_model != "nccl" and (self.nccl_algo or self.nccl_proto):
+            raise ConfigError("NCCL algorithm / protocol forcing needs collective_model nccl", field="nccl_algo")
+        from xsim_trace.network.nccl.kinds import Algo, Proto  # noqa: PLC0415
+
+        if self.nccl_algo:
+            object.__setattr__(self, "nccl_algo", Algo.parse(self.nccl_algo, field="nccl_algo").value)
+        if self.nccl_proto:
+            object.__setattr__(self, "nccl_proto", Proto.parse(self.nccl_proto, field="nccl_proto").value)
         if self.p2p not in P2P_MODES:
             raise ConfigError(f"expected one of {', '.join(P2P_MODES)}, found {self.p2p!r}", field="p2p")
         for name in ("chunks", "in_flight"):
@@ -113,6 +133,9 @@ class ReplaySettings:
         endpoint_delay_ns: int = 0,
         reduction_delay_ns: int = 0,
         p2p: str = "eager",
+        collective_model: str = "schedule",
+        nccl_algo: str | None = None,
+        nccl_proto: str | None = None,
     ) -> "ReplaySettings":
         """Build from ``--algorithm`` values: ``ring`` (every collective) or ``all_reduce=tree``."""
         algos: dict[CollectiveType, str] = {}
@@ -132,6 +155,9 @@ class ReplaySettings:
             endpoint_delay_ns=endpoint_delay_ns,
             reduction_delay_ns=reduction_delay_ns,
             p2p=p2p,
+            collective_model=collective_model,
+            nccl_algo=nccl_algo,
+            nccl_proto=nccl_proto,
         )
 
     def to_json(self) -> dict:
@@ -142,4 +168,5 @@ class ReplaySettings:
             "endpoint_delay_ns": self.endpoint_delay_ns,
             "reduction_delay_ns": self.reduction_delay_ns,
             "p2p": self.p2p,
-        }
+        } | ({"collective_model": self.collective_model, "nccl_algo": self.nccl_algo, "nccl_proto": self.nccl_proto}
+             if self.collective_model != "schedule" else {})

@@ -58,4 +58,6 @@ def render_table(result: ReplayResult) -> str:
         lines.append("  ".join(cell.ljust(widths[c]) if c == 0 else cell.rjust(widths[c]) for c, cell in enumerate(row)))
         if k == 0:
             lines.append("  ".join("-" * wd for wd in widths))
+    if any(b.host_ns for b in rows_b):
+        lines.append("host: only CPU ops run (framework code, kernel launches, data loading), the GPU has no work")
     return "\n".join(lines)

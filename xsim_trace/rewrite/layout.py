@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsim_trace.rewrite.plan import Plan
+from xsim_trace.units import gbps_to_GBps
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,7 @@ class RankInfo:
         slower of the two NICs."""
         if self.node == other.node:
             return plan.group(self.group).intra_GBps
-        return min(plan.group(self.group).nic_gbps, plan.group(other.group).nic_gbps) / 8.0
+        return gbps_to_GBps(min(plan.group(self.group).nic_gbps, plan.group(other.group).nic_gbps))
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,11 @@ chunk); stages without layers are filled by the plan's ``partition`` (``auto`` o
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from xsim_trace.devices import get_device
 from xsim_trace.devices.spec import DeviceSpec
@@ -274,17 +272,9 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
 
 def read_plan_document(path: str | os.PathLike[str]) -> Any:
     """The parsed YAML / JSON of a plan file (not validated)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan: {exc.strerror or exc}", file=str(p)) from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first}", file=str(p)) from None
-    return data
+    from xsim_trace.io.documents import load_document
+
+    return load_document(path, "plan")
 
 
 def load_plan(path: str | os.PathLike[str], *, memory: bool = True) -> Plan:

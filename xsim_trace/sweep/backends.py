@@ -32,9 +32,10 @@ def make_named_backend(name: str, topology: Any, **options: Any) -> Any:
 
 
 def close_backend(backend: Any) -> None:
-    close = getattr(backend, "close", None)
-    if callable(close):
-        close()
+    """Close ``backend`` where it declares ``needs_close``."""
+    from xsim_trace.network.protocol import close_backend as close  # noqa: PLC0415
+
+    close(backend)
 
 
 @dataclass(frozen=True, slots=True)

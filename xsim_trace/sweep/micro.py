@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xsim_trace.errors import BackendError, ConfigError
-from xsim_trace.network.protocol import Flow
+from xsim_trace.network.protocol import Flow, capabilities_of
 from xsim_trace.sweep.backends import close_backend, make_named_backend, star_topology
 
 MICRO_CASES = ("single", "ring", "incast", "shared")
@@ -33,11 +33,15 @@ class TimedFlow:
     flow: Flow
 
 
+#: ranks of one micro-benchmark switch (a ring of this many flows simulates in seconds)
+MAX_MICRO_RANKS = 1 << 14
+
+
 def micro_flows(case: str, ranks: int, size_bytes: int) -> tuple[TimedFlow, ...]:
     if case not in MICRO_CASES:
         raise ConfigError(f"expected one of {', '.join(MICRO_CASES)}, found {case!r}", field="case")
-    if ranks < 2:
-        raise ConfigError(f"expected at least 2 ranks, found {ranks}", field="ranks")
+    if not 2 <= ranks <= MAX_MICRO_RANKS:
+        raise ConfigError(f"expected 2..{MAX_MICRO_RANKS} ranks, found {ranks}", field="ranks")
     if size_bytes <= 0:
         raise ConfigError(f"expected a positive size, found {size_bytes}", field="size_bytes")
     if case == "single":
@@ -53,12 +57,12 @@ def micro_flows(case: str, ranks: int, size_bytes: int) -> tuple[TimedFlow, ...]
 
 def run_flows(backend: Any, flows: Iterable[TimedFlow], *, use_horizon: bool = True) -> dict[int, int]:
     """Drive ``backend`` through the protocol: start each flow at its time, advance to every
-    completion; returns flow_id -> finish ns.  Backends with ``accepts_horizon`` are told the next
+    completion; returns flow_id -> finish ns.  Backends declaring ``horizon_hint`` are told the next
     start time (``next_completion_ns(horizon_ns=...)``) so that they need not speculate."""
     pending = sorted(flows, key=lambda f: (f.start_ns, f.flow.flow_id))
     finish: dict[int, int] = {}
     i = 0
-    horizon = bool(getattr(backend, "accepts_horizon", False)) and use_horizon
+    horizon = capabilities_of(backend).horizon_hint and use_horizon
     while True:
         start = pending[i].start_ns if i < len(pending) else None
         nxt = backend.next_completion_ns(horizon_ns=NO_MORE_STARTS if start is None else start) if horizon \
@@ -78,7 +82,7 @@ def run_flows(backend: Any, flows: Iterable[TimedFlow], *, use_horizon: bool = T
             finish[fid] = now
     missing = [f.flow.flow_id for f in pending if f.flow.flow_id not in finish]
     if missing:
-        raise BackendError(f"backend {getattr(backend, 'name', '?')} went idle with flows {missing[:5]} unfinished")
+        raise BackendError(f"backend {backend.name} went idle with flows {missing[:5]} unfinished")
     return finish
 
 

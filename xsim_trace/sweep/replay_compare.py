@@ -28,10 +28,10 @@ class ReplayRun:
 
 def load_workload(prefix: str, *, drop_missing_deps: bool = False) -> Any:
     from xsim_trace.io import read_rank_set  # noqa: PLC0415
-    from xsim_trace.replay import compile_workload  # noqa: PLC0415
+    from xsim_trace.replay.api import compile_checked  # noqa: PLC0415
 
     rs = read_rank_set(prefix)
-    return compile_workload(rs.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps)
+    return compile_checked(rs.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps)
 
 
 def replay_on(backend_name: str, workload: Any, cluster_spec: Any, settings: Any = None) -> ReplayRun:

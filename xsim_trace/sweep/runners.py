@@ -42,12 +42,17 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from xsim_trace.cluster.load import MAX_BW_GBPS, MAX_LATENCY_NS, MIN_BW_GBPS
 from xsim_trace.errors import ConfigError, XsimError
+from xsim_trace.graph.bounds import MAX_DURATION_NS, MAX_SIZE_BYTES
 from xsim_trace.network.protocol import Flow
 from xsim_trace.sweep.backends import close_backend, make_named_backend, star_topology
-from xsim_trace.sweep.micro import TimedFlow, micro_flows, run_flows
+from xsim_trace.sweep.micro import MAX_MICRO_RANKS, TimedFlow, micro_flows, run_flows
 
 Runner = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+#: integers and numbers of runner parameters: at most 2^53 (exact in a float)
+MAX_INT = 1 << 53
 
 
 class _Params:
@@ -59,19 +64,24 @@ class _Params:
             raise ConfigError(f"unknown parameter {extra[0]!r} (known: {', '.join(known)})", field=extra[0])
         self.p = params
 
-    def int(self, name: str, default: int, minimum: int = 0) -> int:
+    def int(self, name: str, default: int, minimum: int = 0, maximum: int = MAX_INT) -> int:
         v = self.p.get(name, default)
-        if isinstance(v, float) and v.is_integer():
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
             v = int(v)
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise ConfigError(f"expected an integer >= {minimum}, found {v!r}", field=name)
+        if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= maximum:
+            raise ConfigError(f"expected an integer in {minimum}..{maximum}, found {_show(v)}", field=name)
         return v
 
-    def num(self, name: str, default: float, *, positive: bool = True) -> float:
+    def num(self, name: str, default: float, *, positive: bool = True, minimum: float = 0.0,
+            maximum: float = MAX_INT) -> float:
         v = self.p.get(name, default)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or (positive and v <= 0) or v < 0:
-            raise ConfigError(f"expected a {'positive' if positive else 'non-negative'} number, found {v!r}",
-                              field=name)
+        try:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and minimum <= float(v) <= maximum
+        except OverflowError:
+            ok = False
+        if not ok or (positive and v <= 0):
+            raise ConfigError(f"expected a {'positive' if positive else 'non-negative'} number in "
+                              f"{minimum:g}..{maximum:g}, found {_show(v)}", field=name)
         return float(v)
 
     def str(self, name: str, default: str) -> str:
@@ -81,14 +91,33 @@ class _Params:
         return v
 
 
+#: ranks of a micro-benchmark topology
+MAX_RANKS = MAX_MICRO_RANKS
+#: pipeline operations (stages x microbatches x chunks) an analytic timeline walks
+MAX_PIPELINE_OPS = 1 << 20
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _latency(p: _Params) -> int:
+    return p.int("latency_ns", 1000, 0, int(MAX_LATENCY_NS))
+
+
+def _bandwidth(p: _Params) -> float:
+    return p.num("bw_GBps", 25.0, minimum=MIN_BW_GBPS / 8, maximum=MAX_BW_GBPS / 8)
+
+
 _NETWORK_PARAMS = ("case", "ranks", "size_bytes", "bw_GBps", "latency_ns", "backend")
 
 
 def network_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     p = _Params(params, _NETWORK_PARAMS)
-    ranks = p.int("ranks", 4, 2)
-    flows = micro_flows(p.str("case", "single"), ranks, p.int("size_bytes", 16 << 20, 1))
-    topology = star_topology(ranks, p.num("bw_GBps", 25.0), p.int("latency_ns", 1000))
+    ranks = p.int("ranks", 4, 2, MAX_RANKS)
+    flows = micro_flows(p.str("case", "single"), ranks, p.int("size_bytes", 16 << 20, 1, MAX_SIZE_BYTES))
+    topology = star_topology(ranks, _bandwidth(p), _latency(p))
     backend = make_named_backend(p.str("backend", "analytical"), topology)
     try:
         finish = run_flows(backend, flows)
@@ -114,24 +143,28 @@ def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
 
     p = _Params(params, _PIPELINE_PARAMS)
     schedule = p.str("schedule", "1f1b")
-    stages, mb, chunks = p.int("stages", 2, 1), p.int("microbatches", 8, 1), p.int("chunks", 1, 1)
-    layers, dp = p.int("layers", 32, 1), p.int("dp", 1, 1)
+    stages, mb, chunks = p.int("stages", 2, 1, MAX_RANKS), p.int("microbatches", 8, 1, MAX_PIPELINE_OPS), \
+        p.int("chunks", 1, 1, MAX_RANKS)
+    layers, dp = p.int("layers", 32, 1, MAX_PIPELINE_OPS), p.int("dp", 1, 1, MAX_RANKS)
+    if stages * mb * chunks > MAX_PIPELINE_OPS or stages * dp > MAX_RANKS:
+        raise ConfigError(f"expected stages x microbatches x chunks <= {MAX_PIPELINE_OPS} and stages x dp <= "
+                          f"{MAX_RANKS}, found {stages} x {mb} x {chunks} and {stages} x {dp}", field="stages")
     if layers < stages * chunks:
         raise ConfigError(f"expected at least stages x chunks = {stages * chunks} layers, found {layers}",
                           field="layers")
-    fwd = p.num("fwd_ns_per_layer", 1e6)
-    bwd = p.num("bwd_ns_per_layer", 2 * fwd)
-    act = p.int("activation_bytes", 16 << 20, 0)
+    fwd = p.num("fwd_ns_per_layer", 1e6, maximum=MAX_DURATION_NS / MAX_PIPELINE_OPS)
+    bwd = p.num("bwd_ns_per_layer", 2 * fwd, maximum=MAX_DURATION_NS / MAX_PIPELINE_OPS)
+    act = p.int("activation_bytes", 16 << 20, 0, MAX_SIZE_BYTES)
     if "global_batch" in params:  # per-sample costs; a micro-batch is global_batch / (dp x microbatches) samples
-        gb = p.int("global_batch", 1, 1)
+        gb = p.int("global_batch", 1, 1, MAX_PIPELINE_OPS)
         if gb % (dp * mb):
             raise ConfigError(f"expected a multiple of dp x microbatches = {dp * mb}, found {gb}",
                               field="global_batch")
         samples = gb // (dp * mb)
         fwd, bwd, act = fwd * samples, bwd * samples, act * samples
-    grad = p.int("grad_bytes", 0, 0)
+    grad = p.int("grad_bytes", 0, 0, MAX_SIZE_BYTES)
     ranks = max(2, stages * dp)
-    topology = star_topology(ranks, p.num("bw_GBps", 25.0), p.int("latency_ns", 1000))
+    topology = star_topology(ranks, _bandwidth(p), _latency(p))
     backend_name = p.str("backend", "analytical")
     vstages = stages * chunks
     per_vs = [layers // vstages + (1 if i < layers % vstages else 0) for i in range(vstages)]

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from xsim_trace.errors import ConfigError
 
@@ -161,14 +160,8 @@ def resolve_paths(params: dict[str, Any], base_dir: Path) -> dict[str, Any]:
 
 
 def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
+    from xsim_trace.io.documents import load_document
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the sweep spec: {exc.strerror}", file=str(p)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise ConfigError(f"not valid YAML{f' (line {line + 1})' if line is not None else ''}", file=str(p)) from None
+    data = load_document(p, "sweep spec", as_json=False)
     return spec_from_mapping(data, file=str(p), base_dir=p.parent)

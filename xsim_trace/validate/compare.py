@@ -62,6 +62,7 @@ class CollectiveRow:
     simulated_ns: int | None
     error_pct: float | None
     peer_wait_ns: int | None = None  # measured wait for the last peer inside the kernel (shared clock only)
+    model: str | None = None  # algo/proto the NCCL collective model chose (--collective-model nccl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +190,10 @@ def format_table(v: Validation, collectives: bool = True) -> str:
     lines.append(f"max |error| {v.max_abs_error_pct:.2f} %, mean |error| {v.mean_abs_error_pct:.2f} %")
     if collectives and v.collectives:
         lines.append("")
+        model = any(c.model for c in v.collectives)
         lines.append(f"{'rank':>4} {'#':>3} {'kernel':<11} {'converted as':<15} {'algo/proto':<12} {'size bytes':>12} "
-                     f"{'measured us':>12} {'simulated us':>13} {'error %':>8} {'peer wait us':>12}")
+                     f"{'measured us':>12} {'simulated us':>13} {'error %':>8} {'peer wait us':>12}"
+                     + (f" {'model algo/proto':>17}" if model else ""))
         for c in v.collectives:
             sim = "-" if c.simulated_ns is None else f"{c.simulated_ns / 1e3:.1f}"
             err = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
@@ -198,7 +201,8 @@ def format_table(v: Validation, collectives: bool = True) -> str:
             lines.append(f"{c.rank:>4} {c.ordinal:>3} {c.collective:<11} {c.converted_as or '-':<15} "
                          f"{c.algo + '/' + c.proto:<12} {size:>12} "
                          f"{c.measured_ns / 1e3:>12.1f} {sim:>13} {err:>8} "
-                         f"{'-' if c.peer_wait_ns is None else f'{c.peer_wait_ns / 1e3:.1f}':>12}")
+                         f"{'-' if c.peer_wait_ns is None else f'{c.peer_wait_ns / 1e3:.1f}':>12}"
+                         + (f" {c.model or '-':>17}" if model else ""))
     for note in v.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

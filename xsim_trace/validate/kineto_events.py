@@ -16,6 +16,8 @@ from typing import Iterator
 import ijson
 
 from xsim_trace.errors import FormatError
+from xsim_trace.graph.bounds import MAX_WORLD_SIZE
+from xsim_trace.io.json_input import GuardedReader, checked_us
 from xsim_trace.io.sources import Source, resolve_inputs
 
 _TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
@@ -56,15 +58,15 @@ class Header:
     device_name: str
 
 
-def us_to_ns(value: object) -> int:
-    """Kineto microseconds (int, float or Decimal) to integer nanoseconds, rounded half-even."""
+def us_to_ns(value: object, what: str = "ts", name: str = "", event: int | None = None) -> int:
+    """Kineto microseconds (int, float or Decimal) to integer nanoseconds, rounded half-even;
+    FormatError when not a finite number in range (:func:`xsim_trace.io.json_input.checked_us`)."""
+    value = checked_us(value, what, name, event)
     if isinstance(value, Decimal):
         return int((value * 1000).to_integral_value())
     if isinstance(value, int):
         return value * 1000
-    if isinstance(value, float):
-        return int(round(Decimal(repr(value)) * 1000))
-    raise TypeError(f"not a number: {value!r}")
+    return int(round(Decimal(repr(value)) * 1000))
 
 
 def resolve_captures(spec: str | os.PathLike[str]) -> list[CaptureFile]:
@@ -82,7 +84,7 @@ def resolve_captures(spec: str | os.PathLike[str]) -> list[CaptureFile]:
 
 def is_kineto(capture: CaptureFile) -> bool:
     """Whether the file looks like a Kineto capture (not a PyTorch Execution Trace), by its first 64 KiB."""
-    with capture.open() as f:
+    with GuardedReader(capture.open(), capture.name) as f:
         head = f.read(65536)
     return any(key in head for key in (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"'))
 
@@ -92,12 +94,12 @@ def read_header(capture: CaptureFile) -> Header:
     rank = world = None
     device = ""
     try:
-        with capture.open() as f:
+        with GuardedReader(capture.open(), capture.name) as f:
             for prefix, event, value in ijson.parse(f):
                 if prefix == "distributedInfo.rank" and event == "number":
-                    rank = int(value)
+                    rank = _int_or_none(value)
                 elif prefix == "distributedInfo.world_size" and event == "number":
-                    world = int(value)
+                    world = _int_or_none(value)
                 elif prefix == "deviceProperties.item.name" and event == "string" and not device:
                     device = value
                 elif prefix == "traceEvents" and event == "start_array" and rank is not None and device:
@@ -106,33 +108,46 @@ def read_header(capture: CaptureFile) -> Header:
         raise FormatError(f"not valid JSON: {exc}", file=capture.name) from None
     if rank is None:
         rank = capture.rank_hint
+    if rank is not None and not 0 <= rank < MAX_WORLD_SIZE or world is not None and not 0 < world <= MAX_WORLD_SIZE:
+        raise FormatError(f"rank {rank} / world size {world} out of range (at most {MAX_WORLD_SIZE} ranks)",
+                          file=capture.name, field="distributedInfo")
     return Header(rank=rank, world_size=world, device_name=device)
 
 
 def _int_or_none(value: object) -> int | None:
+    """An integral number (int, integral float / Decimal / text) within int64, else None."""
     if value is None or isinstance(value, bool):
         return None
     try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        number = Decimal(value.strip()) if isinstance(value, str) else Decimal(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, ArithmeticError):
         return None
+    if not number.is_finite() or number != number.to_integral_value() or abs(number) >= 1 << 63:
+        return None
+    return int(number)
 
 
 def iter_events(capture: CaptureFile) -> Iterator[Event]:
     """Every complete (``ph: "X"``) event of ``capture``, in file order, streamed."""
     try:
-        with capture.open() as f:
+        with GuardedReader(capture.open(), capture.name) as f:
             for index, raw in enumerate(ijson.items(f, "traceEvents.item")):
                 if not isinstance(raw, dict) or raw.get("ph") != "X":
                     continue
-                try:
-                    ts_ns = us_to_ns(raw["ts"])
-                    dur_ns = us_to_ns(raw.get("dur", 0))
-                except (KeyError, TypeError):
-                    raise FormatError("event without a numeric ts/dur", file=capture.name, event=index) from None
+                ts_ns = us_to_ns(raw.get("ts"), "ts", capture.name, index)
+                dur_ns = us_to_ns(raw.get("dur", 0), "dur", capture.name, index)
+                if dur_ns < 0:
+                    raise FormatError("negative 'dur'", file=capture.name, event=index)
                 cat = str(raw.get("cat", ""))
                 name = str(raw.get("name", ""))
                 args = raw.get("args") or {}
+                if not isinstance(args, dict):
+                    raise FormatError("'args' is not an object", file=capture.name, event=index)
+                tid = raw.get("tid", 0)
+                if not isinstance(tid, str):
+                    tid = _int_or_none(tid)
+                    if tid is None:
+                        raise FormatError("'tid' must be an integer or a string", file=capture.name, event=index)
                 keep_args = None
                 if name.startswith("ProfilerStep#") or (cat == "kernel" and "nccl" in name.lower()):
                     keep_args = {k: (float(v) if isinstance(v, Decimal) else v) for k, v in args.items()}
@@ -142,7 +157,7 @@ def iter_events(capture: CaptureFile) -> Iterator[Event]:
                     name=name,
                     ts_ns=ts_ns,
                     dur_ns=dur_ns,
-                    tid=raw.get("tid", 0),
+                    tid=tid,
                     stream=_int_or_none(args.get("stream")),
                     correlation=_int_or_none(args.get("correlation")),
                     args=keep_args,

@@ -38,6 +38,7 @@ def make_backend(name: str, cluster: Any) -> Any:
 
 def engine_runner(cluster: Any, backend: str = "analytical", settings: Any = None):
     """A ``run(traces, comm_groups)`` for :func:`simulate` over the replay engine."""
+    from xsim_trace.network.protocol import close_backend
     from xsim_trace.replay.api import replay
 
     def run(traces: Mapping[int, Trace], comm_groups):
@@ -45,9 +46,7 @@ def engine_runner(cluster: Any, backend: str = "analytical", settings: Any = Non
         try:
             result = replay(traces, be, settings, comm_groups=comm_groups, cluster=cluster)
         finally:
-            close = getattr(be, "close", None)
-            if callable(close):
-                close()
+            close_backend(be)
         return (np.asarray(result.workload.rank_ptr), np.asarray(result.times.start_ns),
                 np.asarray(result.times.end_ns))
 
@@ -65,9 +64,12 @@ def validate_converted(
     world_size: int | None = None,
     skew: bool = True,
     alltoall_order=None,
+    pricer=None,
 ) -> Validation:
     """Replay ``traces`` (completed with mirrored peers up to ``world_size``) with ``run`` and compare
-    the ranks present in ``measured``."""
+    the ranks present in ``measured``.  With ``pricer`` (the NCCL model, :class:`NcclPricer`) the per-kernel
+    rows show the algorithm/protocol it chose, and a single captured rank's mirrors arrive at each
+    collective as late as the measured kernel says (measured minus modelled transfer)."""
     notes: list[str] = []
     world = max([world_size or 0, max(traces) + 1] + [m.world_size or 0 for m in measured.values()])
     full = dict(traces)
@@ -82,7 +84,37 @@ def validate_converted(
         notes.append("ranks do not share a clock: all start together")
     sim = simulate(full, comm_groups, run, start_offsets_ns=offsets, report_ranks=tuple(sorted(measured)))
     waits = {(w.rank, w.ordinal): w.wait_ns for w in peer_waits(measured)}
-    return compare(name, cluster_name, measured, sim, notes, peer_wait_ns=waits)
+    if pricer is None:
+        return compare(name, cluster_name, measured, sim, notes, peer_wait_ns=waits)
+    return _with_model(name, cluster_name, traces, full, comm_groups, measured, run, sim, notes, waits, offsets,
+                       world, pricer)
+
+
+def _with_model(name, cluster_name, traces, full, comm_groups, measured, run, sim, notes, waits, offsets, world,
+                pricer) -> Validation:
+    """The NCCL model's choices on the rows; for one captured rank with mirrors, replay again with the
+    mirrors' arrival skew implied by the model and report both."""
+    from xsim_trace.validate.nccl_model import modelled_ops, with_peer_skew  # noqa: PLC0415
+
+    prices = {r: modelled_ops(traces[r], comm_groups, world, pricer) for r in measured if r in traces}
+    if len(measured) == 1 and len(full) > len(traces):
+        (rank, m), = measured.items()
+        model = prices.get(rank, [])
+        delays = [max(0, k.duration_ns - model[k.ordinal].time_ns)
+                  if k.ordinal < len(model) and model[k.ordinal] is not None else 0 for k in m.nccl]
+        base = compare(name, cluster_name, measured, sim, (), peer_wait_ns=waits)
+        skewed = {r: (t if r in traces else with_peer_skew(t, delays)) for r, t in full.items()}
+        sim = simulate(skewed, comm_groups, run, start_offsets_ns=offsets, report_ranks=tuple(sorted(measured)))
+        notes = [*notes, f"absent peers arrive at each collective as late as the measured kernel minus the NCCL "
+                 f"model's transfer ({sum(delays) / 1e6:.3f} ms in all); mirrors arriving together give max |error| "
+                 f"{base.max_abs_error_pct:.2f} % (step {base.ranks[0].simulated_ns / 1e6:.3f} ms)" if base.ranks else ""]
+    v = compare(name, cluster_name, measured, sim, notes, peer_wait_ns=waits)
+    rows = []
+    for c in v.collectives:
+        p = prices.get(c.rank, [])
+        chosen = p[c.ordinal] if c.ordinal < len(p) else None
+        rows.append(replace(c, model=f"{chosen.algo.value}/{chosen.proto.value}" if chosen else None))
+    return replace(v, collectives=tuple(rows))
 
 
 def merge(validations: list[Validation], name: str | None = None) -> Validation:
@@ -117,12 +149,18 @@ def validate_captures(
     skew: bool = True,
     alltoall_order=None,
     name: str | None = None,
+    settings: Any = None,
 ) -> tuple[Validation, dict[int, RankMeasurement]]:
     """Measure ``spec``, convert it with ``convert(step)`` (the converter's front end), replay and compare.
     ``step="all"`` validates every ProfilerStep of the capture in turn and merges the results."""
     cluster = load_cluster(cluster_spec)
     cluster_name = str(getattr(cluster, "name", cluster_spec))
-    runner = engine_runner(cluster, backend)
+    runner = engine_runner(cluster, backend, settings)
+    pricer = None
+    if settings is not None and getattr(settings, "collective_model", "schedule") == "nccl":
+        from xsim_trace.network.nccl.pricer import NcclPricer  # noqa: PLC0415
+
+        pricer = NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto)
     label = name or Path(spec.rstrip("/")).name
     if step == "all":
         numbers = [s.number for s in next(iter(measure(spec).values())).steps]
@@ -140,7 +178,7 @@ def validate_captures(
         out.append(
             validate_converted(label, traces, groups, measured, runner, cluster_name=cluster_name,
                                world_size=int(world) if world is not None else None, skew=skew,
-                               alltoall_order=alltoall_order)
+                               alltoall_order=alltoall_order, pricer=pricer)
         )
         if number == numbers[-1]:
             measured_all = dict(measured)

@@ -15,6 +15,7 @@ from xsim_trace.devices.catalog import get_device
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.units import gbps_to_GBps
 
 #: achievable fraction of the NVLink unidirectional peak that NCCL rings reach (bus bandwidth)
 NVLINK_EFFICIENCY = 0.80
@@ -42,7 +43,7 @@ class LinkModel:
         return cls(
             gpus_per_node=gpus_per_node,
             intra_bw_GBps=dev.nvlink_unidir_GBps * NVLINK_EFFICIENCY,
-            inter_bw_GBps=nic_gbps_per_gpu / 8.0 * NIC_EFFICIENCY,
+            inter_bw_GBps=gbps_to_GBps(nic_gbps_per_gpu) * NIC_EFFICIENCY,
         )
 
     def spans_nodes(self, ranks: tuple[int, ...] | list[int]) -> bool:

@@ -46,6 +46,15 @@ class StageEstimate:
     param_gather_ns: int
     tp_comm_ns: int  # per iteration, serial inside passes
     ep_cp_comm_ns: int
+    #: per iteration on one rank of the stage: GPU kernel time, serial comm by kind (tp/cp/ep),
+    #: host time the device waited for (host-bound issue), pipeline p2p waits exposed
+    compute_ns: int = 0
+    comm_ns: tuple[tuple[str, int], ...] = ()
+    host_exposed_ns: int = 0
+    pp_exposed_ns: int = 0
+
+    def comm(self, kind: str) -> int:
+        return dict(self.comm_ns).get(kind, 0)
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,11 @@ class Estimate:
     def bubble_fraction(self) -> float:
         s = self.stages[0]
         return 1.0 - s.busy_ns / s.pipeline_end_ns if s.pipeline_end_ns else 0.0
+
+    @property
+    def critical_stage(self) -> StageEstimate:
+        """The stage whose pipeline end + exposed DP sync sets the step (lowest index on ties)."""
+        return max(self.stages, key=lambda st: (st.pipeline_end_ns + st.dp_exposed_ns, -st.stage))
 
 
 def _buckets(total_params: int, fw) -> int:
@@ -92,29 +106,22 @@ def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, timer:
     return nbytes, ns + (fam.step_fixed_host_ns if fam else 0)
 
 
-def estimate(program: Program, timer: Timer) -> Estimate:
-    fw, model = program.fw, program.model
-    lay = Layout(fw)
+def _pass_parts(ops: list, rank: int, timer: Timer) -> tuple[int, int, dict[str, int]]:
+    """(pass ns, GPU kernel ns, serial comm ns by kind) of one pass on ``rank``."""
+    compute = 0
+    comm: dict[str, int] = {}
+    for op in ops:
+        ns = timer.device_ns(op, rank)
+        if isinstance(op, CommOp):
+            comm[op.kind.value] = comm.get(op.kind.value, 0) + ns
+        else:
+            compute += ns
+    return timer.pass_ns(ops, rank), compute, comm
+
+
+def _run_schedule(fw, pass_ns: dict, p2p) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Event-ordered pipeline schedule: per stage (end ns, busy ns, last backward pass ns)."""
     pp, m, vpp = fw.pp, fw.microbatches, fw.vpp
-    # pass durations on a representative rank of each stage (tp = cp = dp = 0)
-    pass_ns: dict[tuple[int, int, bool], int] = {}
-    comm_split: dict[int, list[int]] = {s: [0, 0] for s in range(pp)}
-    for (stage, chunk) in sorted(program.chunks):
-        rank = lay.rank(Coord(0, 0, 0, stage))
-        for forward in (True, False):
-            ops = [op for _, op in program.pass_ops(stage, chunk, forward)]
-            for op in ops:
-                if isinstance(op, CommOp):
-                    comm_split[stage][0 if op.kind is CommKind.TP else 1] += timer.device_ns(op, rank) * m
-            pass_ns[(stage, chunk, forward)] = timer.pass_ns(ops, rank)
-    p2p_bytes = pp_activation_bytes(model, fw)
-
-    def p2p(src_stage: int, dst_stage: int) -> int:
-        if src_stage == dst_stage:
-            return 0
-        a, b = lay.rank(Coord(0, 0, 0, src_stage)), lay.rank(Coord(0, 0, 0, dst_stage))
-        return timer.links.p2p_ns(p2p_bytes, timer.links.spans_nodes((a, b)))
-
     total_virtual = pp * vpp
     done: dict[tuple[bool, int, int], int] = {}  # (forward, microbatch, virtual) -> finish ns
     orders = {s: stage_order(fw.schedule, s, pp, m, vpp) for s in range(pp)}
@@ -150,6 +157,39 @@ def estimate(program: Program, timer: Timer) -> Estimate:
                 progressed = True
         if not progressed:
             raise ConfigError("pipeline schedule deadlocked", field="framework.schedule")
+    return free, busy, last_bwd
+
+
+def estimate(program: Program, timer: Timer) -> Estimate:
+    fw, model = program.fw, program.model
+    lay = Layout(fw)
+    pp, m, vpp = fw.pp, fw.microbatches, fw.vpp
+    # pass durations on a representative rank of each stage (tp = cp = dp = 0)
+    pass_ns: dict[tuple[int, int, bool], int] = {}
+    compute: dict[int, int] = {s: 0 for s in range(pp)}
+    host_wait: dict[int, int] = {s: 0 for s in range(pp)}
+    comm: dict[int, dict[str, int]] = {s: {} for s in range(pp)}
+    for (stage, chunk) in sorted(program.chunks):
+        rank = lay.rank(Coord(0, 0, 0, stage))
+        for forward in (True, False):
+            ops = [op for _, op in program.pass_ops(stage, chunk, forward)]
+            total, gpu, by_kind = _pass_parts(ops, rank, timer)
+            pass_ns[(stage, chunk, forward)] = total
+            compute[stage] += gpu * m
+            host_wait[stage] += (total - gpu - sum(by_kind.values())) * m
+            for kind, ns in by_kind.items():
+                comm[stage][kind] = comm[stage].get(kind, 0) + ns * m
+    p2p_bytes = pp_activation_bytes(model, fw)
+
+    def p2p(src_stage: int, dst_stage: int) -> int:
+        if src_stage == dst_stage:
+            return 0
+        a, b = lay.rank(Coord(0, 0, 0, src_stage)), lay.rank(Coord(0, 0, 0, dst_stage))
+        return timer.links.p2p_ns(p2p_bytes, timer.links.spans_nodes((a, b)))
+
+    free, busy, last_bwd = _run_schedule(fw, pass_ns, p2p)
+    free_no_p2p = _run_schedule(fw, pass_ns, lambda a, b: 0)[0] if pp > 1 else free
+    comm_split = {s: [comm[s].get("tp", 0), comm[s].get("cp", 0) + comm[s].get("ep", 0)] for s in range(pp)}
 
     stages = []
     dev = timer.device
@@ -183,7 +223,9 @@ def estimate(program: Program, timer: Timer) -> Estimate:
         fwd = sum(pass_ns[(s, c, True)] for c in range(vpp))
         bwd = sum(pass_ns[(s, c, False)] for c in range(vpp))
         stages.append(
-            StageEstimate(s, fwd, bwd, free[s], busy[s], exposed, opt_ns, gather, comm_split[s][0], comm_split[s][1])
+            StageEstimate(s, fwd, bwd, free[s], busy[s], exposed, opt_ns, gather, comm_split[s][0], comm_split[s][1],
+                          compute_ns=compute[s], comm_ns=tuple(sorted(comm[s].items())),
+                          host_exposed_ns=max(0, host_wait[s]), pp_exposed_ns=max(0, free[s] - free_no_p2p[s]))
         )
     step = max(st.pipeline_end_ns + st.dp_exposed_ns for st in stages)
     step += max(st.optimizer_ns + st.param_gather_ns for st in stages)

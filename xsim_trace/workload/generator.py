@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator
 from xsim_trace.errors import ConfigError, GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.model import GlobalMetadata, Node, Trace, comm_groups_to_json, make_attr, make_metadata
-from xsim_trace.io.rankset import rank_path, write_comm_groups
+from xsim_trace.io.rankset import rank_path, rank_set_output, write_comm_groups
 from xsim_trace.io.records import NodePatch, metadata_record, node_record, write_record_file
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.templates import RankContext, RankRef, RankTemplate, RankTiming
@@ -236,20 +236,22 @@ def write_workload(
         _register(ctx, groups, ctx.group_refs(ctx.layout.coord(r).pp), r)
     comm_groups = groups.as_json_dict()
     blob = comm_groups_to_json(comm_groups)
-    # pass 2: stamp and write each rank
+    # pass 2: stamp and write each rank, the whole set at once (the old set stays until it is done)
     paths: list[Path] = []
     nodes = 0
-    for r in wanted:
-        template, encoded = templates.encoded(ctx.timing(r))
-        values = ctx.values(template.refs, r, groups.lookup)
-        path = rank_path(prefix, r, compress)
-        head = metadata_record(_metadata(program, timer, r, blob))
-        write_record_file(path, _chain(head, encoded.records(values)), compress=compress)
-        paths.append(path)
-        nodes += len(template.nodes)
-        if progress is not None:
-            progress(1)
-    paths.append(write_comm_groups(prefix, comm_groups))
+    with rank_set_output(prefix, partial=ranks is not None) as out:
+        for r in wanted:
+            template, encoded = templates.encoded(ctx.timing(r))
+            values = ctx.values(template.refs, r, groups.lookup)
+            path = rank_path(out.prefix, r, compress)
+            head = metadata_record(_metadata(program, timer, r, blob))
+            write_record_file(path, _chain(head, encoded.records(values)), compress=compress)
+            paths.append(path)
+            nodes += len(template.nodes)
+            if progress is not None:
+                progress(1)
+        paths.append(write_comm_groups(out.prefix, comm_groups))
+    paths = [out.final(p) for p in paths]
     log.info(
         "wrote %d rank traces (%d nodes) from %d templates, %d comm groups, to %s",
         len(wanted), nodes, templates.built, len(comm_groups), os.fspath(prefix),

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping
 
-import yaml
 
 from xsim_trace.errors import ConfigError
 
@@ -138,10 +137,9 @@ def _model_from_entry(name: str, entry: Any, source: str) -> ModelSpec:
 
 
 def _parse(text: str, source: str, into: dict[str, ModelSpec], aliases: dict[str, str]) -> None:
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {str(exc).splitlines()[0]}", file=source) from None
+    from xsim_trace.io.documents import parse_document
+
+    doc = parse_document(text, source, as_json=False, what="model file")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("models"), Mapping):
         raise ConfigError("expected a top-level 'models:' mapping", file=source, field="models")
     for name, entry in doc["models"].items():
@@ -177,12 +175,10 @@ def load_model_file(path: "str | os.PathLike[str]") -> dict[str, ModelSpec]:
     models, aliases = _presets()
     into = dict(models)
     al = dict(aliases)
+    from xsim_trace.io.documents import read_text
+
     p = os.fspath(path)
-    try:
-        with open(p, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read model file: {exc.strerror}", file=p) from None
+    text = read_text(p, "model file")
     before = set(into)
     _parse(text, p, into, al)
     doc_names = [n for n in into if n not in before or into[n] is not models.get(n)]

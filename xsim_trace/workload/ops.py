@@ -45,6 +45,14 @@ class ComputeOp:
     host_weight: float = 1.0
     #: which kind of framework module issues it (the host model scales the per-call cost by kind)
     host_group: HostGroup = HostGroup.MODULE
+    #: kernel shape for the shape-aware compute model (devices.kernels): GEMM (m, n, k, groups);
+    #: flash attention (batch*heads, keys per query, head dim, causal 0/1); () = roofline only
+    shape: tuple[int, ...] = ()
+    #: "fwd", "dgrad", "wgrad" (GEMMs) or "bwd" (others)
+    role: str = "fwd"
+    #: a linear layer that runs in the framework's matmul precision (fp8 under Transformer Engine);
+    #: other GEMMs (logits, router, attention bmm) stay bf16
+    linear: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +86,10 @@ def dims(model: ModelSpec, fw: Framework) -> Dims:
     )
 
 
-def _gemm(name: str, m: int, n: int, k: int, elt: int, kernels: int = 1, group: HostGroup = HostGroup.MODULE) -> ComputeOp:
-    return ComputeOp(name, KernelClass.GEMM, 2 * m * n * k, (m * k + k * n + m * n) * elt, kernels, 1.0, group)
+def _gemm(name: str, m: int, n: int, k: int, elt: int, kernels: int = 1, group: HostGroup = HostGroup.MODULE,
+          *, linear: bool = False) -> ComputeOp:
+    return ComputeOp(name, KernelClass.GEMM, 2 * m * n * k, (m * k + k * n + m * n) * elt, kernels, 1.0, group,
+                     (m, n, k, 1), "fwd", linear)
 
 
 def _mem(name: str, kc: KernelClass, nbytes: int, kernels: int = 1, modules: float = 1.0,
@@ -119,13 +129,18 @@ def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
         ops.append(CommOp("cp_kv_allgather", CommKind.CP, CollectiveType.ALL_GATHER, kv * fw.cp))
     if model.flash_attention:
         nbytes = (2 * d.tokens * h_tp + 2 * fw.cp * d.tokens * model.kv_hidden // max(fw.tp, 1)) * d.elt
-        ops.append(ComputeOp("flash_attention", KernelClass.ATTENTION, flops, nbytes, kernels=1))
+        shape = (fw.micro_batch * heads_tp, d.seq_kv, model.head_dim, int(model.causal))
+        ops.append(ComputeOp("flash_attention", KernelClass.ATTENTION, flops, nbytes, kernels=1, shape=shape))
         return ops
     score_bytes = fw.micro_batch * heads_tp * (d.tokens // fw.micro_batch) * d.seq_kv * d.elt
     core = HostGroup.ATTENTION_CORE
-    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes, 1, _CORE_SHARE, core))
+    q_len = d.tokens // fw.micro_batch
+    bh = fw.micro_batch * heads_tp
+    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes, 1,
+                         _CORE_SHARE, core, (q_len, d.seq_kv, model.head_dim, bh)))
     ops.append(_mem("attn_softmax_dropout", KernelClass.SOFTMAX, 3 * score_bytes, kernels=2, modules=_CORE_SHARE, group=core))
-    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt, 1, _CORE_SHARE, core))
+    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt, 1,
+                         _CORE_SHARE, core, (q_len, model.head_dim, d.seq_kv, bh)))
     return ops
 
 
@@ -135,9 +150,9 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
         f_tp = model.ffn // fw.tp
         up = (2 if model.swiglu else 1) * f_tp
         return [
-            _gemm("mlp_fc1", d.tokens, up, h, e),
+            _gemm("mlp_fc1", d.tokens, up, h, e, linear=True),
             _mem("mlp_act", KernelClass.ELEMENTWISE, (up + f_tp) * d.tokens * e),
-            _gemm("mlp_fc2", d.tokens, h, f_tp, e),
+            _gemm("mlp_fc2", d.tokens, h, f_tp, e, linear=True),
         ]
     # MoE: router, dispatch, expert GEMMs (balanced over the replica's tp*cp ranks), combine
     t_moe = d.tokens_sp
@@ -155,7 +170,10 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     if fw.ep > 1:
         ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
     # one expert MLP module per local expert (two GEMM launches each)
-    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, 2 * local_experts, 0.5, moe))
+    per_expert = max(1, expert_tokens // local_experts)
+    shape = (per_expert, mats * model.moe_ffn // fw.etp, h, local_experts)
+    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, 2 * local_experts, 0.5, moe,
+                         shape, "fwd", True))
     ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp,
                     kernels=local_experts, modules=local_experts, group=moe))
     if fw.ep > 1:
@@ -172,10 +190,10 @@ def layer_forward(model: ModelSpec, fw: Framework) -> list[Op]:
     norm = KernelClass.NORM
     ops: list[Op] = [_mem("input_norm", norm, 2 * d.tokens_sp * h * e)]
     ops += _tp_in(model, fw, d, "tp_allgather_attn")
-    ops.append(_gemm("qkv_proj", d.tokens, qkv_out, h, e))
+    ops.append(_gemm("qkv_proj", d.tokens, qkv_out, h, e, linear=True))
     ops.append(_mem("rope_bias", KernelClass.ELEMENTWISE, 2 * d.tokens * qkv_out * e))
     ops += attention_core_ops(model, fw, d)
-    ops.append(_gemm("attn_out_proj", d.tokens, h, h // fw.tp, e))
+    ops.append(_gemm("attn_out_proj", d.tokens, h, h // fw.tp, e, linear=True))
     ops += _tp_out(model, fw, d, "tp_reduce_attn")
     ops.append(_mem("attn_residual_dropout", KernelClass.ELEMENTWISE, 3 * d.tokens_sp * h * e))
     ops.append(_mem("post_attn_norm", norm, 2 * d.tokens_sp * h * e))
@@ -207,14 +225,20 @@ def backward_of(ops: list[Op]) -> list[Op]:
             # one autograd node issues both GEMMs: together they cost the forward op's host time
             half = op.host_weight / 2
             g = op.host_group
-            out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g))
-            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g))
+            dgrad = wgrad = ()
+            if op.shape:
+                m, n, k, groups = op.shape
+                dgrad, wgrad = (m, k, n, groups), (k, n, m, groups)  # dX = dY W^T; dW = X^T dY
+            out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g,
+                                 dgrad, "dgrad", op.linear))
+            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g,
+                                 wgrad, "wgrad", op.linear))
         elif op.kernel_class is KernelClass.ATTENTION:
             out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels,
-                                 op.host_weight, op.host_group))
+                                 op.host_weight, op.host_group, op.shape, "bwd"))
         else:
             out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed, op.kernels,
-                                 op.host_weight, op.host_group))
+                                 op.host_weight, op.host_group, op.shape, "bwd"))
     return out
 
 
@@ -234,7 +258,7 @@ def _renamed(op: Op, prefix: str) -> Op:
     if isinstance(op, CommOp):
         return CommOp(prefix + op.name, op.kind, op.collective, op.size_bytes)
     return ComputeOp(prefix + op.name, op.kernel_class, op.flops, op.bytes_accessed, op.kernels, op.host_weight,
-                     op.host_group)
+                     op.host_group, op.shape, op.role, op.linear)
 
 
 def embedding_forward(model: ModelSpec, fw: Framework) -> list[Op]:

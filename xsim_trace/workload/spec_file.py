@@ -8,12 +8,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import yaml
 
 from xsim_trace.devices.catalog import get_device, load_catalog
 from xsim_trace.devices.spec import DeviceSpec
@@ -90,16 +88,10 @@ def _model(raw: Any, source: str) -> ModelSpec:
 
 
 def load_spec_file(path: "str | os.PathLike[str]") -> Setup:
+    from xsim_trace.io.documents import load_document
+
     p = os.fspath(path)
-    try:
-        with open(p, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read spec file: {exc.strerror}", file=p) from None
-    try:
-        doc = json.loads(text) if p.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(f"not valid {'JSON' if p.endswith('.json') else 'YAML'}: {str(exc).splitlines()[0]}", file=p) from None
+    doc = load_document(p, "spec file", as_json=p.endswith(".json"))
     if not isinstance(doc, Mapping) or "model" not in doc:
         raise ConfigError("expected a mapping with 'model', 'framework' and optional 'system'", file=p)
     fw_raw = doc.get("framework") or {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsim_trace.devices.compute import KernelClass, kernel_time_ns
+from xsim_trace.devices.kernels import shaped_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.framework import Framework
@@ -56,9 +56,13 @@ class Timer:
         return Layout(self.fw)
 
     def gpu_ns(self, op: ComputeOp) -> int:
-        prec = self.fw.precision if op.kernel_class is KernelClass.GEMM else Precision.BF16
-        t = kernel_time_ns(op.kernel_class, op.flops, op.bytes_accessed, self.device, prec, include_overhead=False)
-        return t + op.kernels * self.device.kernel_overhead_ns
+        """Kernel time of a compute op: shape-aware (devices.kernels) when the op has a shape,
+        class roofline otherwise; linear layers run in the framework's precision (fp8 adds its
+        cast kernels), other GEMMs in bf16."""
+        prec = self.fw.precision if op.linear else Precision.BF16
+        t, extra_kernels = shaped_time_ns(op.kernel_class, op.flops, op.bytes_accessed, self.device, prec,
+                                          op.shape, op.role)
+        return t + (op.kernels + extra_kernels * op.kernels) * self.device.kernel_overhead_ns
 
     def host_ns(self, op: Op) -> int:
         if isinstance(op, CommOp):

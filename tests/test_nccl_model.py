@@ -1,0 +1,133 @@
+"""The NCCL collective cost model: limits, monotonicity, NCCL's algorithm choice by size, forcing."""
+
+from __future__ import annotations
+
+import pytest
+
+from xsim_trace.cluster import load_cluster
+from xsim_trace.errors import ConfigError
+from xsim_trace.network.nccl import Algo, CollKind, LinkGen, Proto, bus_factor, group_shape, price_collective
+
+SIZES = [1 << k for k in range(3, 34)]
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return group_shape(load_cluster("a100-node"))
+
+
+@pytest.fixture(scope="module")
+def h100x2():
+    return group_shape(load_cluster("dgx-h100:2"))
+
+
+@pytest.fixture(scope="module")
+def h100x4():
+    return group_shape(load_cluster("dgx-h100:4"))
+
+
+def test_shape_from_cluster(a100, h100x2):
+    assert (a100.n_ranks, a100.n_nodes, a100.ranks_per_node, a100.arch, a100.link) == (8, 1, 8, "ampere", LinkGen.NVLINK3)
+    assert a100.intra_bw_GBps == 235.0  # 12 NVLink3 links x 20 GB/s, capped at NCCL's sm80 235
+    assert a100.nvls_bw_GBps == 0.0
+    assert h100x2.n_nodes == 2 and h100x2.link is LinkGen.NVLINK4 and h100x2.nvls_bw_GBps > 0
+    assert h100x2.net_bw_GBps == pytest.approx(8 * 50 * 0.96)
+
+
+def test_subgroup_shape():
+    c = load_cluster("dgx-h100:2")
+    s = group_shape(c, [0, 8])  # one GPU on each node
+    assert (s.n_ranks, s.n_nodes, s.ranks_per_node) == (2, 2, 1)
+    assert s.nvls_bw_GBps == 0.0
+    tp = group_shape(c, range(8))
+    assert tp.n_nodes == 1 and tp.net_bw_GBps == 0.0
+
+
+@pytest.mark.parametrize("kind", list(CollKind))
+def test_time_monotone_in_size(kind, a100, h100x4):
+    for s in (a100, h100x4):
+        times = [price_collective(s, kind, n).time_ns for n in SIZES]
+        assert all(b >= a for a, b in zip(times, times[1:])), kind
+
+
+def test_limits(a100, h100x2):
+    # small messages: latency bound (tens of microseconds), large: bus bandwidth approaches the link ceiling
+    small = price_collective(a100, "all_reduce", 8)
+    assert 5_000 < small.time_ns < 60_000
+    big = price_collective(a100, "all_reduce", 8 << 30)
+    assert 0.9 * a100.intra_bw_GBps < big.bus_bw_gbps <= a100.intra_bw_GBps
+    assert price_collective(a100, "all_reduce", 0).time_ns == 0
+    one = group_shape(load_cluster("a100-node"), [3])
+    assert price_collective(one, "all_reduce", 1 << 20).time_ns == 0
+    # busbw never exceeds what the links can carry (tree over 2 nodes may beat the NIC line rate, as NCCL's does)
+    for n in SIZES:
+        assert price_collective(h100x2, "all_gather", n).bus_bw_gbps <= h100x2.net_bw_GBps + 1e-9
+
+
+def test_algorithm_choice_by_size(a100, h100x2, h100x4):
+    # NCCL picks a low-latency protocol for small messages and Simple for large ones
+    assert price_collective(a100, "all_reduce", 1024).proto is Proto.LL
+    assert price_collective(a100, "all_reduce", 1 << 30).proto is Proto.SIMPLE
+    assert price_collective(a100, "all_reduce", 1 << 30).algo is Algo.RING
+    # Hopper on NVSwitch: NVLS for large single-node all-reduce, NVLS-tree across nodes
+    h1 = group_shape(load_cluster("dgx-h100:1"))
+    assert price_collective(h1, "all_reduce", 1 << 30).algo is Algo.NVLS
+    assert price_collective(h100x4, "all_reduce", 1 << 30).algo is Algo.NVLS_TREE
+    # tree (log latency) wins small multi-node all-reduce
+    assert price_collective(h100x2, "all_reduce", 64).algo is Algo.TREE
+    # only rings (or PAT) for all-gather
+    assert price_collective(h100x2, "all_gather", 1 << 30).algo is Algo.RING
+
+
+def test_forcing_algo_and_proto(a100, h100x2):
+    forced = price_collective(a100, "all_reduce", 1 << 30, algo="ring", proto="LL")
+    assert (forced.algo, forced.proto) == (Algo.RING, Proto.LL)
+    assert forced.time_ns > price_collective(a100, "all_reduce", 1 << 30).time_ns
+    tree = price_collective(h100x2, "all_reduce", 1 << 20, algo=Algo.TREE)
+    assert tree.algo is Algo.TREE
+    with pytest.raises(ConfigError, match="nvls"):
+        price_collective(a100, "all_reduce", 1 << 20, algo="nvls")
+    with pytest.raises(ConfigError):
+        price_collective(a100, "all_gather", 1 << 20, algo="tree")
+    with pytest.raises(ConfigError):
+        price_collective(a100, "all_reduce", 1 << 20, proto="LL256")
+
+
+def test_bus_bandwidth_definitions():
+    assert bus_factor(CollKind.ALL_REDUCE, 8) == pytest.approx(14 / 8)
+    assert bus_factor(CollKind.ALL_GATHER, 8) == pytest.approx(7 / 8)
+    assert bus_factor(CollKind.SEND_RECV, 8) == 1.0
+
+
+def test_more_nodes_cost_more(h100x2, h100x4):
+    for n in (1 << 10, 1 << 20, 1 << 30):
+        assert price_collective(h100x4, "all_reduce", n).time_ns >= price_collective(h100x2, "all_reduce", n).time_ns
+
+
+def test_calibrated_cluster_overrides():
+    c = load_cluster("a100-node")
+    d = c.to_dict()
+    d["groups"][0]["nccl"] = {"intra_bw_GBps": 150.0, "latency_us": 10.0}
+    from xsim_trace.cluster import cluster_from_dict
+
+    c2 = cluster_from_dict(d)
+    assert cluster_from_dict(c2.to_dict()) == c2
+    s2 = group_shape(c2)
+    assert s2.intra_bw_GBps == 150.0 and s2.latency_us == 10.0
+    base = price_collective(group_shape(c), "all_reduce", 8)
+    assert price_collective(s2, "all_reduce", 8).time_ns == base.time_ns + 10_000
+
+
+def test_memoised_and_deterministic(a100):
+    p1 = price_collective(a100, "all_reduce", 12345678)
+    p2 = price_collective(a100, CollKind.ALL_REDUCE, 12345678)
+    assert p1 == p2
+
+
+def test_bad_tuning_field_rejected():
+    from xsim_trace.cluster import cluster_from_dict
+
+    d = load_cluster("a100-node").to_dict()
+    d["groups"][0]["nccl"] = {"net": "token-ring"}
+    with pytest.raises(ConfigError, match="groups\\[0\\].nccl.net"):
+        cluster_from_dict(d)

@@ -1,0 +1,73 @@
+"""The NCCL model inside replay: every member of a collective finishes after the model's time."""
+
+from __future__ import annotations
+
+import pytest
+
+from xsim_trace.cluster import load_cluster
+from xsim_trace.errors import ConfigError
+from xsim_trace.graph import NodeType, Trace, make_metadata, make_node
+from xsim_trace.network import build_topology, make_backend
+from xsim_trace.network.nccl import group_shape, price_collective
+from xsim_trace.replay import ReplaySettings
+from xsim_trace.replay.api import replay
+
+
+def _traces(n: int, size: int, comm_type: int = 0):
+    return {
+        r: Trace(make_metadata(), (make_node(1, "c", NodeType.COMP, duration_micros=5),
+                                   make_node(2, "coll", NodeType.COMM_COLL, data_deps=(1,), comm_type=comm_type,
+                                             comm_size=size)), rank=r)
+        for r in range(n)
+    }
+
+
+@pytest.mark.parametrize("size", [4096, 1 << 20, 256 << 20])
+def test_replay_prices_collectives_with_nccl_model(size):
+    cluster = load_cluster("a100-node")
+    backend = make_backend("analytical", build_topology(cluster))
+    settings = ReplaySettings(collective_model="nccl")
+    result = replay(_traces(8, size), backend, settings, cluster=cluster)
+    expect = price_collective(group_shape(cluster, range(8)), "all_reduce", size).time_ns
+    ends = result.times.end_ns
+    assert int(max(ends)) == 5_000 + expect
+
+
+def test_forced_algorithm_changes_the_time():
+    cluster = load_cluster("dgx-h100:1")
+    backend = make_backend("analytical", build_topology(cluster))
+    free = replay(_traces(8, 1 << 30), backend, ReplaySettings(collective_model="nccl"), cluster=cluster)
+    ring = replay(_traces(8, 1 << 30), backend, ReplaySettings(collective_model="nccl", nccl_algo="ring"), cluster=cluster)
+    assert int(max(ring.times.end_ns)) > int(max(free.times.end_ns))  # NVLS beats the ring on H100
+
+
+def test_nccl_model_needs_contention_free_backend_and_cluster():
+    cluster = load_cluster("a100-node")
+    flow = make_backend("flow", build_topology(cluster))
+    with pytest.raises(ConfigError, match="contention-free"):
+        replay(_traces(8, 1 << 20), flow, ReplaySettings(collective_model="nccl"), cluster=cluster)
+    with pytest.raises(ConfigError, match="nccl_algo"):
+        ReplaySettings(nccl_algo="ring")
+    with pytest.raises(ConfigError):
+        ReplaySettings(collective_model="nccl", nccl_proto="LL256")
+
+
+def test_peer_skew_delays_mirrors_and_the_captured_rank_waits():
+    from xsim_trace.network.nccl.pricer import NcclPricer
+    from xsim_trace.validate.nccl_model import PEER_SKEW_NODE, modelled_ops, with_peer_skew
+
+    cluster = load_cluster("a100-node")
+    traces = _traces(8, 1 << 20)
+    pricer = NcclPricer(cluster)
+    prices = modelled_ops(traces[0], None, 8, pricer)
+    assert len(prices) == 1 and prices[0].time_ns == price_collective(group_shape(cluster, range(8)), "all_reduce", 1 << 20).time_ns
+    skewed = {r: (t if r == 0 else with_peer_skew(t, [70_000])) for r, t in traces.items()}
+    assert [n.name for n in skewed[1].nodes].count(PEER_SKEW_NODE) == 1
+    assert with_peer_skew(traces[1], [0]) is traces[1]
+    backend = make_backend("analytical", build_topology(cluster))
+    settings = ReplaySettings(collective_model="nccl")
+    plain = replay(traces, backend, settings, cluster=cluster)
+    late = replay(skewed, backend, settings, cluster=cluster)
+    assert int(max(late.times.end_ns)) == int(max(plain.times.end_ns)) + 70_000
+    # rank 0's collective (its second node) waited for the late mirrors
+    assert int(late.times.wait_ns[1]) == 70_000

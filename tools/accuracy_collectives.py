@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""How well the NCCL collective model predicts measured nccl-tests runs.
+
+Every clean run of ../shared/reference/nccl_tests.csv (runs whose notes say FLAG or FAULTY are skipped and
+listed) is rebuilt as an nccl-tests log, read back by the parser (xsim_trace.network.nccl.nccltests) and
+predicted twice:
+
+* preset: on the bundled cluster preset that matches its GPU and interconnect, uncalibrated;
+* calibrated: on that preset after `xsim calibrate nccl-tests` on the OTHER runs of the same fabric
+  (cross-validated: the predicted run never takes part in its own fit); "-" where the fabric has no other run.
+
+Per run and size band (< 64 KiB, 64 KiB - 16 MiB, >= 16 MiB) it prints the median and worst |error| of the
+out-of-place time.  nccl-tests' own launch cost when one process drives several GPUs (-g 8) is priced from the
+run's notes (GroupShape.with_launch).
+
+Then the transfer-only NCCL kernels of the bundled 8-rank DLRM capture (traces/dlrm_v100_8rank_kineto, ranks on
+one clock; the rank that arrived last at a kernel did not wait, so its kernel is a pure transfer): median
+|error| with the schedule walk (the default replay) and with the NCCL model (--collective-model nccl).
+All-to-alls there are grouped send/recv, priced by the network backend in both cases.
+
+usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from xsim_trace.cluster import load_cluster  # noqa: E402
+from xsim_trace.network.nccl import CollKind  # noqa: E402
+from xsim_trace.network.nccl.calibrate import calibrate, predict_rows  # noqa: E402
+from xsim_trace.network.nccl.nccltests import NcclTestsRun, parse_nccl_tests, render_log  # noqa: E402
+
+DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "nccl_tests.csv"
+BANDS = (("<64KiB", 0, 64 << 10), ("64KiB-16MiB", 64 << 10, 16 << 20), (">=16MiB", 16 << 20, 1 << 62))
+
+
+@dataclass(frozen=True)
+class RefRun:
+    run_id: str
+    preset: str  # cluster preset spec with the run's node count
+    fabric: str  # runs sharing it calibrate each other
+    run: NcclTestsRun
+
+
+def preset_for(row: dict[str, str]) -> tuple[str, str]:
+    """(preset, fabric) from the run's GPU and interconnect columns."""
+    gpu, net, nodes = row["gpu"].upper(), row["interconnect"].upper(), int(row["nodes"])
+    if "TCPX" in net:
+        base = "gcp-a3-mega"
+    elif "ROCE" in net:
+        base = "oci-a100-roce"
+    elif "A100" in gpu:
+        base = "a100-node" if nodes == 1 else "dgx-a100"
+    else:
+        base = "dgx-h100"
+    fabric = base if nodes > 1 or base == "a100-node" else f"{base}:single-node"
+    return (base if base == "a100-node" else f"{base}:{nodes}"), fabric
+
+
+def load_runs(path: Path, tmp: Path) -> tuple[list[RefRun], list[str]]:
+    by_run: dict[str, list[dict[str, str]]] = defaultdict(list)
+    with path.open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            by_run[row["run_id"]].append(row)
+    runs, skipped = [], []
+    for run_id, rows in by_run.items():
+        notes = rows[0]["notes"].upper()
+        if "FLAG" in notes or "FAULTY" in notes:
+            skipped.append(run_id)
+            continue
+        kind = CollKind.parse(rows[0]["collective"], field="collective")
+        per_process = 8 if "-g 8" in rows[0]["notes"] else 1
+        text = render_log(kind, [(int(r["size_bytes"]), float(r["time_us_out_of_place"])) for r in rows],
+                          gpu=rows[0]["gpu"], nodes=int(rows[0]["nodes"]), gpus_per_node=int(rows[0]["gpus_per_node"]),
+                          gpus_per_process=per_process)
+        log = tmp / f"{run_id}_{kind.value}.log"
+        log.write_text(text, encoding="utf-8")
+        preset, fabric = preset_for(rows[0])
+        runs.append(RefRun(run_id, preset, fabric, parse_nccl_tests(log)))
+    return runs, skipped
+
+
+def band_errors(rows) -> dict[str, tuple[float, float, int]]:
+    out = {}
+    for name, lo, hi in BANDS:
+        errs = [abs(r.error) for r in rows if lo <= r.size_bytes < hi]
+        if errs:
+            out[name] = (statistics.median(errs), max(errs), len(errs))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reference", type=Path, default=DEFAULT_CSV)
+    ap.add_argument("--rows", action="store_true", help="also print every row")
+    ap.add_argument("--no-traces", action="store_true", help="skip the shared-trace kernels")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        runs, skipped = load_runs(args.reference, Path(tmp))
+    if skipped:
+        print(f"# skipped (FLAG/FAULTY in notes): {', '.join(skipped)}")
+    else:
+        print("# skipped: none (no run's notes say FLAG or FAULTY)")
+    head = f"{'run':<37} {'coll':<10} {'ranks':>5} {'mode':<11}"
+    print(head + "".join(f" {name + ' med/worst %':>24}" for name, _, _ in BANDS) + "  fitted on")
+    summary: dict[str, list[float]] = defaultdict(list)
+    for ref in runs:
+        cluster = load_cluster(ref.preset)
+        others = [o for o in runs if o.fabric == ref.fabric and o.run_id != ref.run_id]
+        modes = [("preset", predict_rows(cluster.groups[0], [ref.run]), "-")]
+        if others:
+            cal = calibrate(cluster, [o.run for o in others])
+            fitted = dataclasses.replace(cluster.groups[0], nccl=cal.tuning)
+            modes.append(("calibrated", predict_rows(fitted, [ref.run]), ",".join(o.run_id for o in others)))
+        for mode, rows, source in modes:
+            bands = band_errors(rows)
+            cells = []
+            for name, _, _ in BANDS:
+                if name in bands:
+                    med, worst, _n = bands[name]
+                    cells.append(f"{100 * med:>10.1f} / {100 * worst:>6.1f}")
+                    summary[f"{mode} {name}"].append(med)
+                else:
+                    cells.append(f"{'-':>19}")
+            print(f"{ref.run_id:<37} {ref.run.collective.value:<10} {ref.run.n_ranks:>5} {mode:<11}"
+                  + "".join(f" {c:>24}" for c in cells) + f"  {source}")
+            if args.rows:
+                for r in rows:
+                    print(f"    {r.size_bytes:>12} {r.measured_us:>10.1f} {r.predicted_us:>10.1f} {100 * r.error:>+7.1f}% {r.algo}/{r.proto}")
+    print("# median over runs of the per-run median |error|:")
+    for key, values in summary.items():
+        print(f"#   {key:<24} {100 * statistics.median(values):5.1f}%  (worst run {100 * max(values):5.1f}%, {len(values)} runs)")
+    if not args.no_traces:
+        trace_kernels()
+    return 0
+
+
+def trace_kernels() -> None:
+    from converters.crossrank import alltoall_schedule  # noqa: PLC0415
+    from converters.kineto import convert_kineto, read_ranks  # noqa: PLC0415
+    from xsim_trace.io.sources import resolve_inputs  # noqa: PLC0415
+    from xsim_trace.replay import ReplaySettings  # noqa: PLC0415
+    from xsim_trace.validate.pipeline import validate_captures  # noqa: PLC0415
+
+    spec = str(ROOT / "traces" / "dlrm_v100_8rank_kineto")
+    kts = read_ranks(resolve_inputs(spec))
+
+    def convert(number):
+        conv = convert_kineto(kts, step=number)
+        return conv.traces, conv.comm_groups
+
+    print("# transfer-only NCCL kernels of traces/dlrm_v100_8rank_kineto on v100-dgx1 (|error| of each kernel)")
+    print(f"{'collective model':<18} {'collectives med/worst %':>24} {'all-to-all (p2p) med %':>23} {'all kernels med %':>18}  models")
+    for model in ("schedule", "nccl"):
+        v, _ = validate_captures(spec, "v100-dgx1", convert, settings=ReplaySettings(collective_model=model),
+                                 alltoall_order=alltoall_schedule)
+        rows = v.transfer_rows()
+        coll = [abs(c.error_pct) for c in rows if "(p2p)" not in (c.converted_as or "")]
+        p2p = [abs(c.error_pct) for c in rows if "(p2p)" in (c.converted_as or "")]
+        allk = [abs(c.error_pct) for c in rows]
+        chosen = sorted({c.model for c in rows if c.model})
+        print(f"{model:<18} {statistics.median(coll):>12.1f} / {max(coll):>8.1f} {statistics.median(p2p):>23.1f} "
+              f"{statistics.median(allk):>18.1f}  {', '.join(chosen) or '-'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

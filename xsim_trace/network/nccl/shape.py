@@ -1,0 +1,198 @@
+"""The resolved description of one communicator that the cost model prices: how many ranks on how many
+nodes, the GPU generation, the intra-node link and the scale-out network, as effective bandwidths.
+
+Built from a resolved :class:`~xsim_trace.cluster.Cluster` (``group_shape(cluster, ranks)``); nothing is
+looked up by name again.  A calibrated cluster (``nccl:`` section of a group) overrides the effective
+bandwidths and adds its fitted latencies.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from xsim_trace.cluster.model import Cluster, DeviceGroup, IntraKind
+from xsim_trace.errors import ConfigError
+from xsim_trace.network.nccl.kinds import LinkGen, NetKind
+from xsim_trace.network.nccl.links import link_table
+
+_ARCH_LINK = {"volta": LinkGen.NVLINK2, "ampere": LinkGen.NVLINK3, "hopper": LinkGen.NVLINK4, "blackwell": LinkGen.NVLINK5}
+_LINK_ARCH = {v: k for k, v in _ARCH_LINK.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShape:
+    """One communicator, as the model sees it.  Bandwidths are GB/s (1e9 B/s) per direction."""
+
+    n_ranks: int
+    n_nodes: int
+    ranks_per_node: int  # the most ranks of the group on one node
+    arch: str  # volta | ampere | hopper | blackwell (NCCL's per-generation constants)
+    link: LinkGen
+    intra_bw_GBps: float  # ring bus bandwidth inside a node, per GPU
+    net: NetKind = NetKind.IB
+    nics_per_node: int = 0
+    net_bw_GBps: float = 0.0  # effective scale-out bandwidth per node (0: single node)
+    nvls_bw_GBps: float = 0.0  # NVLS all-reduce algorithm bandwidth per GPU (0: no NVLS)
+    collnet: bool = False
+    latency_us: float = 0.0  # added to every collective (calibrated base latency, host launch cost)
+    net_latency_us: float = 0.0  # extra latency per inter-node step
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.n_ranks < 1 or self.n_nodes < 1 or self.ranks_per_node < 1:
+            raise ConfigError(f"expected positive rank and node counts, found {self.n_ranks} ranks on {self.n_nodes} nodes")
+        if self.n_nodes > 1 and self.net_bw_GBps <= 0:
+            raise ConfigError(f"a group over {self.n_nodes} nodes needs a network bandwidth, found {self.net_bw_GBps}")
+        key = tuple(getattr(self, f) for f in self.__dataclass_fields__ if f != "_hash")
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def multi_node(self) -> bool:
+        return self.n_nodes > 1
+
+    @property
+    def node_class(self) -> int:
+        """NCCL's index of per-generation caps: 0 = one node, 1 = two nodes, 2 = more."""
+        return min(self.n_nodes, 3) - 1
+
+    @property
+    def gpu_net_bw_GBps(self) -> float:
+        """Scale-out bandwidth one GPU's point-to-point traffic reaches (its share of the node's NICs)."""
+        return self.net_bw_GBps / max(1, self.nics_per_node, self.ranks_per_node) if self.nics_per_node else self.net_bw_GBps
+
+    def with_launch(self, gpus_per_process: int) -> "GroupShape":
+        """The same group driven with ``gpus_per_process`` GPUs per process (nccl-tests ``-g N``): the host
+        launches one kernel per GPU in turn."""
+        extra = max(0, gpus_per_process - 1) * link_table().launch_us_per_extra_gpu
+        return _replace(self, latency_us=self.latency_us + extra)
+
+
+def _replace(s: GroupShape, **changes: object) -> GroupShape:
+    values = {f: getattr(s, f) for f in s.__dataclass_fields__ if f != "_hash"}
+    values.update(changes)
+    return GroupShape(**values)  # type: ignore[arg-type]
+
+
+def _arch_of(g: DeviceGroup) -> str | None:
+    from xsim_trace.devices import get_device
+
+    if g.gpu_type.strip().lower() == "generic":
+        return None
+    try:
+        arch = get_device(g.gpu_type).arch.lower()
+    except ConfigError:
+        return None
+    return arch if arch in _ARCH_LINK else None
+
+
+def _link_of(g: DeviceGroup, arch: str | None) -> LinkGen:
+    per_gpu = g.intra.bw_GBps
+    if g.intra.kind is IntraKind.NVSWITCH and per_gpu < 100:
+        return LinkGen.PCIE3 if per_gpu <= 16 else LinkGen.PCIE4 if per_gpu <= 32 else LinkGen.PCIE5
+    if arch is not None:
+        return _ARCH_LINK[arch]
+    if g.intra.kind is IntraKind.MESH:
+        return LinkGen.NVLINK2
+    return LinkGen.NVLINK5 if per_gpu >= 700 else LinkGen.NVLINK4 if per_gpu >= 400 else LinkGen.NVLINK3
+
+
+def _lanes_per_gpu(g: DeviceGroup) -> int:
+    lanes: Counter[int] = Counter()
+    for a, b, n in g.intra.mesh:
+        lanes[a] += n
+        lanes[b] += n
+    return max(lanes.values()) if lanes else 1
+
+
+def intra_bw_GBps(g: DeviceGroup, link: LinkGen) -> float:
+    """The ring bus bandwidth NCCL reaches inside one node of ``g`` (per GPU, per direction)."""
+    if g.nccl.intra_bw_GBps is not None:
+        return g.nccl.intra_bw_GBps
+    t = link_table()
+    if not link.is_nvlink:
+        return g.intra.bw_GBps * t.pcie_efficiency
+    if g.intra.kind is IntraKind.MESH:
+        links = _lanes_per_gpu(g) * g.intra.bw_GBps / t.nominal_link_GBps[link]
+    else:
+        links = g.intra.bw_GBps / t.nominal_link_GBps[link]
+    bw = max(1.0, round(links)) * t.nccl_link_GBps[link]
+    return min(bw, t.ring_cap_GBps.get(link, math.inf))
+
+
+def net_bw_GBps(g: DeviceGroup) -> float:
+    if g.nccl.net_bw_GBps is not None:
+        return g.nccl.net_bw_GBps
+    if g.nic is None:
+        return 0.0
+    return g.nic.count * g.nic.bw_GBps * link_table().net_efficiency[NetKind(g.nccl.net)]
+
+
+def _nvls_bw(g: DeviceGroup, link: LinkGen, arch: str) -> float:
+    enabled = g.nccl.nvls
+    if enabled is None:
+        enabled = g.intra.kind is IntraKind.NVSWITCH and arch in ("hopper", "blackwell") and g.devices_per_node > 1
+    if not enabled:
+        return 0.0
+    return g.nccl.nvls_bw_GBps or link_table().nvls_algbw_GBps.get(link, 0.0)
+
+
+def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: int) -> GroupShape:
+    """The shape of ``n_ranks`` ranks of one device group laid out on ``n_nodes`` nodes."""
+    arch = _arch_of(g)
+    link = _link_of(g, arch)
+    arch = arch or _LINK_ARCH.get(link, "ampere")
+    net = NetKind(g.nccl.net)
+    t = link_table()
+    return GroupShape(
+        n_ranks=n_ranks,
+        n_nodes=n_nodes,
+        ranks_per_node=ranks_per_node,
+        arch=arch,
+        link=link,
+        intra_bw_GBps=intra_bw_GBps(g, link),
+        net=net,
+        nics_per_node=g.nic.count if g.nic else 0,
+        net_bw_GBps=net_bw_GBps(g) if n_nodes > 1 else 0.0,
+        nvls_bw_GBps=_nvls_bw(g, link, arch) if ranks_per_node > 1 else 0.0,
+        collnet=g.nccl.collnet and n_nodes > 1,
+        latency_us=g.nccl.latency_us,
+        net_latency_us=g.nccl.net_latency_us if g.nccl.net_latency_us is not None else t.net_step_latency_us[net],
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_shape(cluster: Cluster, ranks: tuple[int, ...]) -> GroupShape:
+    per_node = Counter(cluster.node_of(r) for r in ranks)
+    n_nodes, ppn = len(per_node), max(per_node.values())
+    groups = sorted({cluster.group_index(r) for r in ranks})
+    shapes = [shape_of_group(cluster.groups[gi], len(ranks), n_nodes, ppn) for gi in groups]
+    if len(shapes) == 1:
+        return shapes[0]
+    # a group spanning device groups runs at the pace of its slowest member, and crosses the group links
+    slow = min(shapes, key=lambda s: (s.intra_bw_GBps, s.net_bw_GBps))
+    names = {cluster.groups[gi].name for gi in groups}
+    link_bw = [ln.bw_GBps for ln in cluster.links if ln.a in names and ln.b in names]
+    net = min([s.net_bw_GBps for s in shapes] + link_bw)
+    return _replace(
+        slow,
+        net_bw_GBps=net,
+        nvls_bw_GBps=min(s.nvls_bw_GBps for s in shapes),
+        collnet=all(s.collnet for s in shapes),
+        latency_us=max(s.latency_us for s in shapes),
+        net_latency_us=max(s.net_latency_us for s in shapes),
+    )
+
+
+def group_shape(cluster: Cluster, ranks: Sequence[int] | None = None) -> GroupShape:
+    """The shape of the communicator over ``ranks`` (default: every rank) of a resolved cluster."""
+    rs = tuple(range(cluster.num_ranks)) if ranks is None else tuple(sorted({int(r) for r in ranks}))
+    if not rs:
+        raise ConfigError("expected at least one rank in a collective group, found none")
+    return _group_shape(cluster, rs)

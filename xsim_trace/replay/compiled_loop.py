@@ -1,0 +1,117 @@
+"""The compiled replay loop: the reference engine's rules run by a numba kernel
+(:mod:`xsim_trace.replay._fast_kernel`) over flat arrays, for a contention-free backend with every
+collective priced whole (the closed-form path).  Same times bit for bit as the pure-Python engine,
+which stays the reference (``tests/test_replay_compiled.py`` compares every node of both).
+
+What is prepared here, in Python, once: each collective instance's member offsets (from the
+pricer, memoised per shape), the transfer time of every (p2p key, size) a send/recv pair can use
+(from the backend's uncontended timing), and the p2p matching keys.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.replay.compile import K_RECV, K_SEND, CompiledWorkload
+from xsim_trace.replay.schedule_cache import ScheduleCache
+from xsim_trace.replay.settings import ReplaySettings
+
+#: events handled between two progress reports
+SLICE_EVENTS = 1 << 20
+
+
+def kernel():
+    """The numba kernel module, or None where numba is not installed."""
+    try:
+        from xsim_trace.replay import _fast_kernel
+    except ImportError:
+        return None
+    return _fast_kernel
+
+
+def _collectives(w: CompiledWorkload, pricer) -> tuple:
+    n_inst = len(w.instances)
+    sizes = np.fromiter((len(x.nodes) for x in w.instances), np.int64, n_inst)
+    ptr = np.zeros(n_inst + 1, np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    nodes = np.empty(int(ptr[-1]), np.int64)
+    off = np.zeros(int(ptr[-1]), np.int64)
+    priced = np.zeros(n_inst, np.int8)
+    for x, inst in enumerate(w.instances):
+        a, b = int(ptr[x]), int(ptr[x + 1])
+        nodes[a:b] = inst.nodes
+        members = w.groups[inst.group]
+        if len(members) <= 1 or (inst.size_bytes == 0 and inst.comm_type != CollectiveType.BARRIER):
+            continue
+        priced[x] = 1
+        off[a:b] = pricer.offsets_ns(inst, members)
+    inst_of = w.coll_instance.astype(np.int64)
+    return inst_of, np.zeros(n_inst, np.int64), ptr, nodes, off, priced
+
+
+def _p2p(w: CompiledWorkload, schedules: ScheduleCache) -> tuple:
+    n = w.num_nodes
+    kind = w.exec_kind
+    is_p2p = (kind == K_SEND) | (kind == K_RECV)
+    idx = np.flatnonzero(is_p2p)
+    rank = w.node_rank.astype(np.int64)
+    peer = w.comm_peer.astype(np.int64)
+    src = np.where(kind == K_SEND, rank, peer)
+    dst = np.where(kind == K_SEND, peer, rank)
+    size1 = np.maximum(w.comm_size, 1).astype(np.int64)
+    key = np.full(n, -1, np.int64)
+    if len(idx):
+        triples = np.stack([src[idx], dst[idx], w.comm_tag[idx].astype(np.int64)], 1)
+        uniq, inv = np.unique(triples, axis=0, return_inverse=True)
+        key[idx] = inv.reshape(-1)
+        # every size a pair on a key can move: max(size1 of send, size1 of recv) is one of them
+        ks = np.unique(np.stack([key[idx], size1[idx]], 1), axis=0)
+        n_keys = len(uniq)
+        size_ptr = np.zeros(n_keys + 1, np.int64)
+        np.cumsum(np.bincount(ks[:, 0], minlength=n_keys), out=size_ptr[1:])
+        sizes = ks[:, 1].copy()
+        k_src, k_dst = uniq[ks[:, 0], 0], uniq[ks[:, 0], 1]
+        times = schedules.transfer_times(k_src, k_dst, sizes)
+    else:
+        n_keys = 0
+        size_ptr = np.zeros(1, np.int64)
+        sizes = times = np.zeros(0, np.int64)
+    q = max(n_keys, 1)
+    heads = [np.full(q, -1, np.int64) for _ in range(6)]
+    peer_rank = np.where(is_p2p, peer, -1)
+    return (rank, peer_rank, key, size1, *heads, np.full(n, -1, np.int64), size_ptr, sizes, np.asarray(times, np.int64))
+
+
+def run_compiled(w: CompiledWorkload, schedules: ScheduleCache, settings: ReplaySettings, pricer,
+                 progress: Callable[[int], None] | None = None):
+    """``(ready, start, end, wait, peer, stats dict)`` of the replay, run by the kernel."""
+    k = kernel()
+    assert k is not None
+    n = w.num_nodes
+    n_sends = int(np.count_nonzero(w.exec_kind == K_SEND))
+    cap = n + n_sends + 1
+    heap = (np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int8), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
+    fcap = n_sends + 1
+    flows = (np.zeros(fcap, np.int64), np.zeros(fcap, np.int64), np.zeros(fcap, np.int8), np.zeros(fcap, np.int64), np.zeros(fcap, np.int64))
+    times = (np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64))
+    graph = (w.exec_kind, w.duration_ns, w.resource, w.indegree.astype(np.int32), w.succ_ptr, w.succ_idx)
+    nres = max(w.num_resources, 1)
+    resources = (np.zeros(nres, np.int8), np.full(nres, -1, np.int64), np.full(nres, -1, np.int64), np.full(n, -1, np.int64))
+    args = (*heap, *flows, *times, *graph, *resources, *_p2p(w, schedules), *_collectives(w, pricer))
+    work = np.empty(n + 2, np.int64)
+    sc = np.zeros(k.N_SCALARS, np.int64)
+    delay = np.int64(settings.endpoint_delay_ns)
+    eager = settings.p2p == "eager"
+    reported = 0
+    while k.run(*args, work, sc, delay, eager, SLICE_EVENTS):
+        if progress is not None:
+            progress(int(sc[k.S_FINISHED]) - reported)
+            reported = int(sc[k.S_FINISHED])
+    if progress is not None:
+        progress(int(sc[k.S_FINISHED]) - reported)
+    stats = dict(events=int(sc[k.S_EVENTS]), flows=int(sc[k.S_FLOWS]), collectives=int(sc[k.S_COLLS]),
+                 closed_form_collectives=int(sc[k.S_PRICED]), finished=int(sc[k.S_FINISHED]))
+    return times, stats
