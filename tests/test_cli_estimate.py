@@ -77,3 +77,17 @@ def test_bad_input_exit_2(capsys, argv, needles):
     assert len(err.strip().splitlines()) == 1
     for n in needles:
         assert n in err
+
+
+def test_cluster_intra_node_rate_reaches_the_links():
+    """A device without NVLink (T4 on PCIe) takes the cluster's intra-node rate; a mesh sums GPU 0's lanes."""
+    from xsim_trace.cli.estimate import _intra_GBps
+    from xsim_trace.cluster import load_cluster
+    from xsim_trace.workload.comm import NVLINK_EFFICIENCY
+
+    assert _intra_GBps(load_cluster("a100-40g-4gpu").groups[0]) == 25 * 12
+    t4 = load_cluster("aws-g4dn-t4:2").groups[0]
+    fw = Framework(dp=2, global_batch=2)
+    setup = make_setup("gpt3-1.3b", fw, t4.gpu_type, intra_GBps=_intra_GBps(t4))
+    assert setup.timer.links.intra_bw_GBps == pytest.approx(t4.intra.bw_GBps * NVLINK_EFFICIENCY)
+    assert make_setup("gpt3-1.3b", fw, "T4").timer.links.intra_bw_GBps > 0  # PCIe fallback, no error

@@ -34,8 +34,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_estimate)
 
 
+def _intra_GBps(group) -> float:  # noqa: N802
+    """Per-GPU per-direction intra-node rate of a cluster group: its switch link, or the sum of GPU
+    0's mesh lanes (NCCL runs rings over all of them)."""
+    from xsim_trace.cluster.model import IntraKind
+
+    if group.intra.kind is IntraKind.MESH:
+        lanes = sum(n for a, b, n in group.intra.mesh if 0 in (a, b))
+        return group.intra.bw_GBps * max(lanes, 1)
+    return group.intra.bw_GBps
+
+
 def _system_from_cluster(args: argparse.Namespace):
-    """(cluster, DeviceSpec, GPUs per node, NIC Gb/s per GPU) of a one-group cluster."""
+    """(cluster, DeviceSpec, GPUs per node, NIC Gb/s per GPU, intra GB/s per GPU) of a one-group cluster."""
     from xsim_trace.cluster import load_cluster
     from xsim_trace.devices.catalog import load_catalog
 
@@ -47,7 +58,7 @@ def _system_from_cluster(args: argparse.Namespace):
     g = cluster.groups[0]
     device = load_catalog(args.device_file).get(g.gpu_type)
     nic = g.nic.count * g.nic.nic_gbps / g.devices_per_node if g.nic is not None else args.nic_gbps
-    return cluster, device, g.devices_per_node, nic
+    return cluster, device, g.devices_per_node, nic, _intra_GBps(g)
 
 
 def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float):
@@ -87,8 +98,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise ConfigError("give --model", field="--model")
     cluster = None
     if args.cluster:
-        cluster, device, gpn, nic = _system_from_cluster(args)
-        setup = setup_from_args(args, device=device, gpus_per_node=gpn, nic_gbps=nic)
+        cluster, device, gpn, nic, intra = _system_from_cluster(args)
+        setup = setup_from_args(args, device=device, gpus_per_node=gpn, nic_gbps=nic, intra_GBps=intra)
         if setup.fw.world_size > cluster.num_ranks:
             raise ConfigError(f"tp*pp*cp*dp = {setup.fw.world_size} GPUs but cluster {cluster.name} has "
                               f"{cluster.num_ranks}", field="--cluster")

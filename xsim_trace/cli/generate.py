@@ -121,7 +121,7 @@ def _setup(args: argparse.Namespace):
 
 
 def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int | None = None,
-                    nic_gbps: float | None = None):
+                    nic_gbps: float | None = None, intra_GBps: float | None = None):  # noqa: N803
     """The Setup of the model / parallelism / system flags; ``device`` (a DeviceSpec resolved at the
     boundary, e.g. from --cluster), ``gpus_per_node`` and ``nic_gbps`` replace the flags when given."""
     if not args.model:
@@ -147,7 +147,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
     return make_setup(model, fw, device if device is not None else args.device,
                       gpus_per_node=gpus_per_node or args.gpus_per_node,
                       nic_gbps_per_gpu=nic_gbps if nic_gbps is not None else args.nic_gbps,
-                      device_file=args.device_file, framework=resolve_family(args))
+                      device_file=args.device_file, framework=resolve_family(args), intra_GBps=intra_GBps)
 
 
 def _deployment_plan(path: str):

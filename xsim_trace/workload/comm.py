@@ -21,6 +21,9 @@ from xsim_trace.units import gbps_to_GBps
 NVLINK_EFFICIENCY = 0.80
 #: achievable fraction of the NIC line rate
 NIC_EFFICIENCY = 0.85
+#: per-direction GPU-to-GPU rate inside a node for a device without NVLink when nothing better is
+#: known: PCIe 3.0 x16 (15.75 GB/s)
+PCIE_FALLBACK_GBps = 15.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +40,15 @@ class LinkModel:
             raise ConfigError("expected positive gpus_per_node and bandwidths", field="links")
 
     @classmethod
-    def for_device(cls, device: "str | DeviceSpec", gpus_per_node: int = 8, nic_gbps_per_gpu: float = 200.0) -> "LinkModel":
-        """NVLink rate from the catalog; NIC line rate in Gb/s per GPU (DGX A100: 200, DGX H100: 400)."""
+    def for_device(cls, device: "str | DeviceSpec", gpus_per_node: int = 8, nic_gbps_per_gpu: float = 200.0,
+                   intra_GBps: float | None = None) -> "LinkModel":  # noqa: N803
+        """Intra-node rate per GPU per direction: ``intra_GBps`` when given (a cluster's), else the
+        catalog's NVLink, else PCIe 3.0 x16; NIC line rate in Gb/s per GPU (DGX A100: 200, DGX H100: 400)."""
         dev = get_device(device)
+        intra = intra_GBps if intra_GBps else (dev.nvlink_unidir_GBps or PCIE_FALLBACK_GBps)
         return cls(
             gpus_per_node=gpus_per_node,
-            intra_bw_GBps=dev.nvlink_unidir_GBps * NVLINK_EFFICIENCY,
+            intra_bw_GBps=intra * NVLINK_EFFICIENCY,
             inter_bw_GBps=gbps_to_GBps(nic_gbps_per_gpu) * NIC_EFFICIENCY,
         )
 

@@ -17,7 +17,7 @@ from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.ops import CommKind, CommOp, pp_activation_bytes
+from xsim_trace.workload.ops import CommOp, pp_activation_bytes
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.schedule import Step, stage_order
 from xsim_trace.workload.timing import Timer
@@ -192,7 +192,6 @@ def estimate(program: Program, timer: Timer) -> Estimate:
     comm_split = {s: [comm[s].get("tp", 0), comm[s].get("cp", 0) + comm[s].get("ep", 0)] for s in range(pp)}
 
     stages = []
-    dev = timer.device
     for s in range(pp):
         rank = lay.rank(Coord(0, 0, 0, s))
         dense, expert = program.stage_trainable_params(s)

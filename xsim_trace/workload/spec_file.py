@@ -59,13 +59,16 @@ def make_setup(
     nic_gbps_per_gpu: float = 400.0,
     device_file: "str | os.PathLike[str] | None" = None,
     framework: "str | FrameworkFamily | None" = None,
+    intra_GBps: float | None = None,  # noqa: N803
 ) -> Setup:
     """Resolve names once: the model, the device (built-in catalog plus ``device_file``) and the
-    framework family (default :data:`~xsim_trace.workload.families.DEFAULT_FAMILY`)."""
+    framework family (default :data:`~xsim_trace.workload.families.DEFAULT_FAMILY`).  ``intra_GBps``:
+    the intra-node rate per GPU per direction (a cluster's; default the device's NVLink)."""
     dev = load_catalog(device_file).get(device) if device_file else get_device(device)
     family = get_family(framework)
     program = Program(get_model(model), fw)
-    return Setup(program, Timer(dev, LinkModel.for_device(dev, gpus_per_node, nic_gbps_per_gpu), fw, family=family))
+    links = LinkModel.for_device(dev, gpus_per_node, nic_gbps_per_gpu, intra_GBps)
+    return Setup(program, Timer(dev, links, fw, family=family))
 
 
 def _model(raw: Any, source: str) -> ModelSpec:
