@@ -230,7 +230,8 @@ def _compile_completed(args: argparse.Namespace, cluster, quiet: bool):
     from xsim_trace.replay.api import compile_checked
 
     rs = read_rank_set(args.trace, partial=True)
-    traces = check_or_retarget(rs.traces, cluster, retarget=args.retarget, cluster_name=str(args.cluster))
+    traces = check_or_retarget(rs.traces, cluster, retarget=args.retarget,
+                               host_factor=args.retarget_host_factor)
     done = complete_rank_set(traces, rs.comm_groups, AbsentPeers(args.absent_peers), alltoall_order=alltoall_schedule)
     for note in done.notes if not quiet else ():
         print(f"xsim: note: {note}", file=sys.stderr)
