@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
 from xsim_trace.graph import attrs as A
-from xsim_trace.graph.bounds import MAX_WORLD_SIZE
+from xsim_trace.graph.bounds import MAX_SIZE_BYTES, MAX_WORLD_SIZE, check_bounds
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import Trace
 
@@ -538,7 +538,8 @@ def _device_ops(kt: KinetoTrace, b: GraphBuilder, win: _Window, lau: _Launches, 
             issue = win.runtime_by_corr[e.corr].ts if e.corr in win.runtime_by_corr else e.ts
             comm_ops.append(CommOp(node, info, issue))
         else:
-            if e.cat != "kernel" and e.args and isinstance(e.args.get("bytes"), int):
+            if e.cat != "kernel" and e.args and isinstance(e.args.get("bytes"), int) \
+                    and 0 <= e.args["bytes"] <= MAX_SIZE_BYTES:
                 attrs[A.TENSOR_SIZE] = e.args["bytes"]
             node = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=False, deps=deps, **attrs)
         if annotate is not None and e.corr is not None and lau.op.get(e.corr) is not None:
@@ -765,4 +766,5 @@ def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None,
         g.builder = GraphBuilder()  # the rank's construction nodes are no longer needed
         for k, v in g.stats.items():
             stats[k] = stats.get(k, 0) + v
+    check_bounds(traces)  # what the captured numbers became must fit the engine (a hostile capture)
     return Conversion(traces, groups, stats)

@@ -222,6 +222,8 @@ def read_kineto(stream: IO[bytes], name: str, progress: Callable[[int], None] | 
             coro.close()
         for raw in ev_sink:
             reducer.add(raw)
+    except UnicodeDecodeError as exc:  # ijson decodes strings as UTF-8 as it goes
+        raise FormatError(f"not UTF-8 text ({exc.reason} at byte 0x{exc.object[exc.start]:02x})", file=name) from None
     except ijson.JSONError as exc:
         raise FormatError(f"malformed JSON after event {reducer.count} ({exc})".replace("\n", " "),
                           file=name, offset=consumed, event=reducer.count) from None

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from xsim_trace.graph.bounds import MAX_SIZE_BYTES, MAX_WORLD_SIZE
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.nccl_names import (  # noqa: F401 - DTYPE_BYTES, is_nccl_kernel: re-exported for the converter
     COLLECTIVE_BY_NAME,
@@ -86,20 +87,22 @@ def parse_ranks(value: Any) -> tuple[int, ...] | None:
             value = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
             return None
-    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                 and 0 <= v < MAX_WORLD_SIZE for v in value):
         return tuple(int(v) for v in value)
     return None
 
 
-def _nelems(args: Mapping[str, Any], key: str) -> int | None:
+def _nelems(args: Mapping[str, Any], key: str, maximum: int = MAX_SIZE_BYTES) -> int | None:
+    """A count, size or rank from the NCCL args; None when absent, unreadable or out of 0..maximum."""
     v = args.get(key)
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return int(v)
-    if isinstance(v, str) and v.strip().isdigit():
-        return int(v)
-    return None
+    if isinstance(v, float) and math.isfinite(v):
+        v = int(v)
+    if isinstance(v, str) and v.strip().isdigit() and len(v.strip()) < 20:
+        v = int(v)
+    return v if isinstance(v, int) and 0 <= v <= maximum else None
 
 
 def from_args(args: Mapping[str, Any] | None, world_size: int) -> CommInfo | None:
@@ -114,6 +117,7 @@ def from_args(args: Mapping[str, Any] | None, world_size: int) -> CommInfo | Non
     n_out = _nelems(args, "Out msg nelems")
     in_bytes = n_in * elem if n_in is not None else (_nelems(args, "In msg size") or 0)
     out_bytes = n_out * elem if n_out is not None else (_nelems(args, "Out msg size") or in_bytes)
+    in_bytes, out_bytes = min(in_bytes, MAX_SIZE_BYTES), min(out_bytes, MAX_SIZE_BYTES)
     ranks = parse_ranks(args.get("Process Group Ranks"))
     pg = args.get("Process Group Name")
     pg_name = str(pg) if pg not in (None, "") else ("0" if ranks is None or len(ranks) == world_size else _ranks_key(ranks))
@@ -122,7 +126,7 @@ def from_args(args: Mapping[str, Any] | None, world_size: int) -> CommInfo | Non
     peer = None
     if kind is not CommKind.COLLECTIVE:
         for key in ("Dst Rank", "Src Rank", "Rank"):
-            v = _nelems(args, key)
+            v = _nelems(args, key, MAX_WORLD_SIZE - 1)
             if v is not None:
                 peer = v
                 break
@@ -207,7 +211,8 @@ def describe(kernel_name: str, kernel_args: Mapping[str, Any] | None,
     info = from_args(kernel_args, world_size) or from_ops(ops, world_size) or from_kernel_name(kernel_name, world_size)
     if info is None:
         return None
-    if info.in_bytes == 0 and kernel_args and isinstance(kernel_args.get("bytes"), int):
+    size = kernel_args.get("bytes") if kernel_args else None
+    if info.in_bytes == 0 and isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= MAX_SIZE_BYTES:
         info = CommInfo(info.kind, info.coll, kernel_args["bytes"], kernel_args["bytes"], info.pg_name,
                         info.group_ranks, info.peer, algo, info.source)
     if algo and not info.algo:

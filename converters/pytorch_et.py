@@ -93,6 +93,8 @@ def read_et_json(stream, name: str) -> EtTrace:
         for raw in sink:
             trace.ops.append(_et_op(raw, count, name))
             count += 1
+    except UnicodeDecodeError as exc:  # ijson decodes strings as UTF-8 as it goes
+        raise FormatError(f"not UTF-8 text ({exc.reason} at byte 0x{exc.object[exc.start]:02x})", file=name) from None
     except ijson.JSONError as exc:
         raise FormatError(f"malformed JSON after ET node {count} ({exc})".replace("\n", " "), file=name, node=count) from None
     header.update(heads)

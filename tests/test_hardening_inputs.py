@@ -162,3 +162,26 @@ def test_named_threads_convert_the_same_in_every_process(tmp_path):
                         str(out / "run")], check=True, env={**__import__("os").environ, "PYTHONHASHSEED": seed})
         digests.add((out / "run.0.et").read_bytes())
     assert len(digests) == 1
+
+
+def test_plan_counts_are_bounded(tmp_path):
+    from xsim_trace.rewrite.plan import load_plan
+
+    doc = yaml.safe_load(open("traces/plans/llama7b_h100_a100_pipeline.yaml", encoding="utf-8"))
+    doc["device_groups"][1]["count"] = 2**63 - 1
+    doc["pipelines"][0]["replicas"] = 1333485221
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    t0 = time.process_time()
+    with pytest.raises(ConfigError, match="up to"):
+        load_plan(f)
+    assert time.process_time() - t0 < 2.0
+
+
+def test_kineto_invalid_utf8_in_a_string_is_a_format_error(tmp_path):
+    data = json.dumps(_kineto([])).encode().replace(b'"aten::mm"', b'"aten::m\\xed\\xa0"'.replace(b"\\xed\\xa0", b"\xed\xa0"))
+    with pytest.raises(FormatError):
+        _read_and_convert(data)
+    data = b"{\"traceEvents\": [" + b"\"\xed\xa0\x80\", " * 3 + b"1]}"
+    with pytest.raises(FormatError):
+        _read_and_convert(data)

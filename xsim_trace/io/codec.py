@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xsim_trace.errors import GraphError
 from xsim_trace.graph.kinds import ATTR_KIND_BY_FIELD, AttrKind, NodeType
 from xsim_trace.graph.model import Attr, GlobalMetadata, IOInfo, Node
 from xsim_trace.schema import pb
@@ -107,6 +108,25 @@ def _io_to_pb(info: IOInfo, msg: Any) -> None:
 
 
 def node_to_pb(node: Node) -> Any:
+    """The protobuf Node; a value its wire field cannot hold (an id above 2^64, an int64 attribute of
+    2^70, text in an integer field) is a GraphError naming the node and field, not a crash."""
+    try:
+        return _node_to_pb(node)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise GraphError(f"cannot be written: {exc}", node=node.id, field=_bad_field(node)) from None
+
+
+def _bad_field(node: Node) -> str | None:
+    """The first field or attribute of ``node`` that protobuf refuses (for the message)."""
+    for attr in node.attrs:
+        try:
+            attr_to_pb(attr, pb.Node().attr.add())
+        except (ValueError, TypeError, OverflowError):
+            return attr.name
+    return None
+
+
+def _node_to_pb(node: Node) -> Any:
     msg = pb.Node()
     msg.id = node.id
     if node.name:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
+from xsim_trace.cluster.load import MAX_DEVICES
 from xsim_trace.devices import get_device
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
@@ -131,6 +132,11 @@ STAGE_FIELDS = frozenset({"group", "tp", "layers"})
 
 
 # --- loading ------------------------------------------------------------------------------------
+#: the largest count a plan may give (layers, micro-batches, model sizes); device counts, TP degrees and
+#: replicas are bounded by the largest cluster (xsim_trace.cluster.load.MAX_DEVICES)
+MAX_PLAN_INT = 1 << 20
+
+
 class _Ctx:
     def __init__(self, file: str) -> None:
         self.file = file
@@ -160,10 +166,13 @@ class _Ctx:
             if key not in known:
                 raise self.err(unknown_key_message(str(key), known), f"{where}{key}")
 
-    def positive(self, m: Mapping[str, Any], key: str, where: str, default: Any = ...) -> int:
+    def positive(self, m: Mapping[str, Any], key: str, where: str, default: Any = ...,
+                 maximum: int = MAX_PLAN_INT) -> int:
         v = self.get(m, key, where, int, default)
         if v is not None and v < 1:
             raise self.err(f"expected a positive integer, found {v}", f"{where}{key}")
+        if v is not None and v > maximum:
+            raise self.err(f"expected an integer up to {maximum}, found {v}", f"{where}{key}")
         return v
 
 
@@ -245,8 +254,8 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
         except ConfigError as exc:
             raise c.err(exc.message, w + "device") from None
         groups.append(DeviceGroup(
-            name=name, device=spec.name, count=c.positive(g, "count", w),
-            devices_per_node=c.positive(g, "devices_per_node", w, 8),
+            name=name, device=spec.name, count=c.positive(g, "count", w, maximum=MAX_DEVICES),
+            devices_per_node=c.positive(g, "devices_per_node", w, 8, maximum=MAX_DEVICES),
             intra_node_GBps=c.get(g, "intra_node_GBps", w, float, 0.0),
             nic_gbps=c.get(g, "nic_gbps", w, float, 400.0),
         ))
@@ -274,7 +283,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
             group = c.get(s, "group", ws, str)
             if not any(g.name == group for g in groups):
                 raise c.err(f"unknown device group {group!r} (groups: {', '.join(g.name for g in groups)})", ws + "group")
-            tp = c.positive(s, "tp", ws, 1)
+            tp = c.positive(s, "tp", ws, 1, maximum=MAX_DEVICES)
             raw = s.get("layers")
             ranges: tuple[tuple[int, int], ...] = ()
             if raw is not None and raw != "auto":
@@ -288,7 +297,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
         if not stages:
             raise c.err("a pipeline needs at least one stage", w + "stages")
         own_mb = c.positive(p, "micro_batches", w, None) or 0
-        for _ in range(c.positive(p, "replicas", w, 1)):
+        for _ in range(c.positive(p, "replicas", w, 1, maximum=MAX_DEVICES)):
             pipelines.append(PipelinePlan(tuple(stages), str(p.get("name", f"p{i}")), own_mb))
     if not pipelines:
         raise c.err("at least one pipeline is needed", "pipelines")

@@ -105,6 +105,8 @@ def read_header(capture: CaptureFile) -> Header:
                     device = value
                 elif prefix == "traceEvents" and event == "start_array" and rank is not None and device:
                     break
+    except UnicodeDecodeError as exc:  # ijson decodes strings as UTF-8 as it goes
+        raise FormatError(f"not UTF-8 text ({exc.reason} at byte 0x{exc.object[exc.start]:02x})", file=capture.name) from None
     except ijson.JSONError as exc:
         raise FormatError(f"not valid JSON: {exc}", file=capture.name) from None
     if rank is None:
@@ -163,5 +165,7 @@ def iter_events(capture: CaptureFile) -> Iterator[Event]:
                     correlation=_int_or_none(args.get("correlation")),
                     args=keep_args,
                 )
+    except UnicodeDecodeError as exc:  # ijson decodes strings as UTF-8 as it goes
+        raise FormatError(f"not UTF-8 text ({exc.reason} at byte 0x{exc.object[exc.start]:02x})", file=capture.name) from None
     except ijson.JSONError as exc:
         raise FormatError(f"not valid JSON: {exc}", file=capture.name) from None
