@@ -26,7 +26,7 @@ COMMANDS = (
     ("replay", "replay", "replay a multi-rank Chakra trace on a cluster and report the iteration time"),
     ("demo", "demo", "replay the bundled sample on a preset cluster and show the report"),
     ("rewrite", "rewrite", "rewrite a trace or a model for a heterogeneous deployment plan"),
-    ("plan", "plan", "deployment plans: check, partition, compare"),
+    ("plan", "plan", "deployment plans: check, partition, compare, search"),
     ("generate", "generate", "generate per-rank Chakra (or SimAI text) workloads from a model and parallelism flags"),
     ("estimate", "estimate", "predict one configuration's step time, breakdown, MFU and memory (no rank files)"),
     ("validate", "validate", "convert Kineto captures, replay them, compare per rank with the measured ProfilerStep"),
