@@ -119,3 +119,11 @@ def test_cli_search_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_plan_check_refuses_a_plan_whose_groups_do_not_fit_the_cluster(tmp_path, capsys):
+    plan = "traces/plans/llama7b_h100_a100_pipeline.yaml"  # 8 H100 + 16 A100
+    assert main(["plan", "check", plan, "--cluster", "mixed-h100-a100"]) == 0
+    assert main(["plan", "check", plan, "--cluster", "dgx-h100:2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "field device_groups[1]: the plan uses 16 A100-SXM4-80GB device(s), the cluster" in err[0]
