@@ -175,3 +175,23 @@ def test_predict_errors(capsys):
     assert "--ranks" in capsys.readouterr().err
     assert main(["collectives", "predict", "--cluster", "a100-node", "--algo", "nvls"]) == 2
     assert main(["collectives", "predict", "--cluster", "dgx-h100", "--nodes", "8", "--ranks", "64", "--sizes", "1G"]) == 0
+
+
+def test_old_layout_fixture_parses_and_calibrates(tmp_path, capsys):
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "nccl_tests" / "all_gather_perf_old_format.log"
+    run = parse_nccl_tests(log)
+    assert (run.collective, run.n_ranks, run.n_nodes, run.gpu) == (CollKind.ALL_GATHER, 4, 2, "Tesla V100-SXM2-32GB")
+    assert [r.size_bytes for r in run.rows][-1] == 67108864
+    bad = tmp_path / "all_gather_perf.log"
+    bad.write_text(log.read_text().replace("2.00  0e+00", "2.00  4e-01", 1))
+    with pytest.raises(FormatError, match="error column"):
+        parse_nccl_tests(bad)
+    out = tmp_path / "v100.yaml"
+    assert main(["calibrate", "nccl-tests", str(log), "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "all_gather" in captured.out
+    # the made-up log is far slower than the base preset's 4x 100 Gb/s NICs: the fit says so
+    assert "net_bw_GBps stopped at the edge of its range" in captured.err
+    assert load_cluster(out).groups[0].gpu_type == "V100-SXM2-32GB"

@@ -131,3 +131,15 @@ def test_bad_tuning_field_rejected():
     d["groups"][0]["nccl"] = {"net": "token-ring"}
     with pytest.raises(ConfigError, match="groups\\[0\\].nccl.net"):
         cluster_from_dict(d)
+
+
+def test_group_across_device_groups_runs_at_the_slowest():
+    c = load_cluster("mixed-h100-a100")
+    h100 = c.ranks_of_group("h100")
+    a100 = c.ranks_of_group("a100")
+    s = group_shape(c, [h100[0], a100[0]])
+    assert s.n_nodes == 2 and s.arch == "ampere" and s.nvls_bw_GBps == 0.0
+    assert s.net_bw_GBps <= 3200 / 8  # the inter-group link
+    both = price_collective(s, "all_reduce", 1 << 30).time_ns
+    only_h100 = price_collective(group_shape(c, [h100[0], h100[8]]), "all_reduce", 1 << 30).time_ns
+    assert both > only_h100

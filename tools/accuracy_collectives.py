@@ -163,7 +163,7 @@ def trace_kernels() -> None:
     print("# transfer-only NCCL kernels of traces/dlrm_v100_8rank_kineto on v100-dgx1 (|error| of each kernel)")
     print(f"{'collective model':<18} {'collectives med/worst %':>24} {'all-to-all (p2p) med %':>23} {'all kernels med %':>18}  models")
     for model in ("schedule", "nccl"):
-        v, _ = validate_captures(spec, "v100-dgx1", convert, settings=ReplaySettings(collective_model=model),
+        v, _ = validate_captures(spec, load_cluster("v100-dgx1"), convert, settings=ReplaySettings(collective_model=model),
                                  alltoall_order=alltoall_schedule)
         rows = v.transfer_rows()
         coll = [abs(c.error_pct) for c in rows if "(p2p)" not in (c.converted_as or "")]

@@ -4,6 +4,7 @@ nccl-tests runs and write a cluster file whose predictions match them."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import tempfile
@@ -12,6 +13,8 @@ from pathlib import Path
 import yaml
 
 from xsim_trace.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 #: base preset per GPU architecture when --base is not given
 _BASE_BY_ARCH = {"volta": "v100-dgx1", "ampere": "dgx-a100", "hopper": "dgx-h100", "blackwell": "dgx-h100"}
@@ -107,6 +110,9 @@ def _nccl_tests(args: argparse.Namespace) -> int:
           + (f", >= 1 MiB {100 * statistics.median(big):.1f}%" if big else ""))
     for key, value in out["groups"][0]["nccl"].items():
         print(f"#   nccl.{key}: {value}")
+    for key in cal.at_bound:
+        log.warning("%s stopped at the edge of its range (0.4-1.25x the base cluster's %s): the base cluster may "
+                    "not describe this fabric (pass --base with its NICs and links)", key, base.name)
     header = "".join(f"# calibrated by `xsim calibrate nccl-tests` from {Path(p).name}\n" for p in args.logs)
     _write_atomic(Path(args.output), header + yaml.safe_dump(out, sort_keys=False))
     print(f"# wrote {args.output}")

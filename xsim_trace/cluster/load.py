@@ -28,7 +28,8 @@ from xsim_trace.errors import ConfigError
 
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
 _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
-_NCCL_KEYS = {"net", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "net_latency_us"}
+_NCCL_KEYS = {"net", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
+              "net_latency_us"}
 _NET_KINDS = ("ib", "roce", "ethernet")
 _INTRA_KEYS = {"kind", "bw_GBps", "latency_ns", "mesh"}
 _NIC_KEYS = {"count", "nic_gbps", "latency_ns"}
@@ -37,8 +38,8 @@ _LINK_KEYS = {"groups", "bw_gbps", "latency_ns"}
 
 # What a cluster may describe, so that every transfer time fits the replay's int64 nanoseconds
 # (with xsim_trace.graph.bounds: at most 2^50 B per message and 2^56 B per rank).
-#: devices in one cluster
-MAX_DEVICES = 1 << 22
+#: devices in one cluster (65,536: a topology of this size builds in about 2 s)
+MAX_DEVICES = 1 << 16
 #: devices per node, NICs per leaf switch, spine switches, mesh lanes
 MAX_SMALL_COUNT = 1 << 16
 #: bandwidths in Gb/s (a GB/s figure is checked as 8x) from 0.1 Gb/s to 10 Pb/s
@@ -224,6 +225,7 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
         net_bw_GBps=bw("net_bw_GBps"),
         nvls_bw_GBps=bw("nvls_bw_GBps"),
         latency_us=ctx.number(d.get("latency_us", 0.0), f + ".latency_us", minimum=None),
+        simple_latency_us=ctx.number(d.get("simple_latency_us", 0.0), f + ".simple_latency_us", minimum=None),
         net_latency_us=None if nlat is None else ctx.number(nlat, f + ".net_latency_us"),
     )
 
@@ -237,6 +239,8 @@ def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
         out["collnet"] = True
     if t.latency_us:
         out["latency_us"] = t.latency_us
+    if t.simple_latency_us:
+        out["simple_latency_us"] = t.simple_latency_us
     return out
 
 

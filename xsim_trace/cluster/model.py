@@ -74,6 +74,7 @@ class NcclTuning:
     net_bw_GBps: float | None = None  # effective scale-out bandwidth per node (all NICs, per direction)
     nvls_bw_GBps: float | None = None  # NVLS all-reduce algorithm bandwidth per GPU
     latency_us: float = 0.0  # added to every collective (a fitted base latency)
+    simple_latency_us: float = 0.0  # added to Simple-protocol collectives (pipeline fill and flush, fitted)
     net_latency_us: float | None = None  # extra latency per inter-node step
 
 

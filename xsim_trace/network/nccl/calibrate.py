@@ -23,7 +23,7 @@ from xsim_trace.network.nccl.nccltests import NcclTestsRun
 from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
 
 BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps")
-LAT_PARAMS = ("latency_us", "net_latency_us")
+LAT_PARAMS = ("latency_us", "simple_latency_us", "net_latency_us")
 _ROUNDS = 4
 #: weight of the pull towards the uncalibrated value (per parameter, squared log ratio for bandwidths,
 #: squared (difference / 50 us) for latencies): a parameter the runs cannot see (the scale-out bandwidth of an
@@ -53,6 +53,9 @@ class Calibration:
     tuning: NcclTuning
     fitted: tuple[str, ...]
     rows: tuple[FitRow, ...]
+    #: bandwidths that ended on a bound of their allowed range (0.4-1.25x the base cluster's): the base
+    #: cluster probably does not describe this fabric's hardware (NIC count or speed, link generation)
+    at_bound: tuple[str, ...] = ()
 
     def median_abs_error(self, min_size: int = 0) -> float:
         errs = [abs(r.error) for r in self.rows if r.size_bytes >= min_size]
@@ -99,7 +102,7 @@ def _with(group: DeviceGroup, **tuning: float) -> DeviceGroup:
 
 def _free_params(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> list[str]:
     shapes = [run_shape(group, r) for r in runs]
-    names = ["latency_us"]
+    names = ["latency_us", "simple_latency_us"]
     if any(s.ranks_per_node > 1 for s in shapes):
         names.append("intra_bw_GBps")
     if any(s.nvls_bw_GBps > 0 for s in shapes):
@@ -119,6 +122,7 @@ def _start(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[str, float]
         "net_bw_GBps": s.net_bw_GBps,
         "nvls_bw_GBps": nvls,
         "latency_us": group.nccl.latency_us,
+        "simple_latency_us": group.nccl.simple_latency_us,
         "net_latency_us": s.net_latency_us,
     }
 
@@ -130,8 +134,69 @@ def _grid(name: str, value: float, span: float) -> list[float]:
     return [value + span * 100.0 * k for k in steps]
 
 
+#: latencies that cannot go below 0 (the base latency may, a little: NCCL's base figures can exceed a fabric's)
+_NON_NEGATIVE = ("simple_latency_us", "net_latency_us")
+_MIN_BASE_LATENCY_US = -10.0
+#: a fitted bandwidth stays within these factors of the physical one: calibration finds the efficiency a
+#: fabric reaches, it cannot make a link several times slower (which would only absorb what other terms miss)
+_BW_RANGE = (0.4, 1.25)
+_SIMPLEX_ITERATIONS = 400
+
+
+def _clamp(name: str, value: float, prior: float) -> float:
+    if name in BW_PARAMS:
+        return min(max(value, prior * _BW_RANGE[0]), prior * _BW_RANGE[1]) if prior > 0 else value
+    if name in _NON_NEGATIVE:
+        return max(0.0, value)
+    return max(_MIN_BASE_LATENCY_US, value)
+
+
+def _to_x(name: str, value: float) -> float:
+    """The search coordinate of a parameter: log for bandwidths, 50 us units for latencies."""
+    return math.log(value) if name in BW_PARAMS else value / _PRIOR_LAT_SCALE_US
+
+
+def _from_x(name: str, x: float) -> float:
+    if name in BW_PARAMS:
+        return math.exp(x)
+    return x * _PRIOR_LAT_SCALE_US
+
+
+def _nelder_mead(f, x0: list[float], step: float = 0.3, iterations: int = _SIMPLEX_ITERATIONS) -> list[float]:
+    """Deterministic Nelder-Mead minimisation of ``f`` from ``x0`` (standard coefficients)."""
+    n = len(x0)
+    simplex = [list(x0)] + [[x0[j] + (step if j == i else 0.0) for j in range(n)] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = sorted(range(n + 1), key=lambda i: (values[i], i))
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < 1e-10:
+            break
+        centre = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        refl = [centre[j] + (centre[j] - worst[j]) for j in range(n)]
+        fr = f(refl)
+        if fr < values[0]:
+            exp = [centre[j] + 2.0 * (centre[j] - worst[j]) for j in range(n)]
+            fe = f(exp)
+            simplex[-1], values[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = refl, fr
+        else:
+            contr = [centre[j] + 0.5 * (worst[j] - centre[j]) for j in range(n)]
+            fc = f(contr)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contr, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [[best[j] + 0.5 * (x[j] - best[j]) for j in range(n)] for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    return simplex[min(range(n + 1), key=lambda i: (values[i], i))]
+
+
 def calibrate(base: Cluster, runs: Sequence[NcclTestsRun]) -> Calibration:
-    """Fit the first device group of ``base`` to ``runs`` (nccl-tests tables of one fabric)."""
+    """Fit the first device group of ``base`` to ``runs`` (nccl-tests tables of one fabric): a coarse
+    coordinate search over a grid, then a Nelder-Mead refinement of all parameters together."""
     if not runs:
         raise ConfigError("expected at least one nccl-tests log, found none", field="LOG")
     group = base.groups[0]
@@ -148,24 +213,32 @@ def calibrate(base: Cluster, runs: Sequence[NcclTestsRun]) -> Calibration:
                 out += ((vals[k] - prior[k]) / _PRIOR_LAT_SCALE_US) ** 2
         return _PRIOR_WEIGHT * out
 
-    current = _with(group, **{k: values[k] for k in free})
-    best = _loss(current, runs) + penalty(values)
+    def objective(vals: dict[str, float]) -> float:
+        vals = {k: _clamp(k, v, prior[k]) for k, v in vals.items()}
+        return _loss(_with(group, **{k: vals[k] for k in free}), runs) + penalty(vals)
+
+    best = objective(values)
     span = {k: (math.log(4.0) if k in BW_PARAMS else 4.0) for k in free}
     for _ in range(_ROUNDS):
         for name in free:
             for trial in _grid(name, values[name], span[name]):
-                if name in BW_PARAMS and trial <= 0:
+                if trial != _clamp(name, trial, prior[name]):
                     continue
-                if name == "net_latency_us" and trial < 0:
-                    continue
-                cand = _with(current, **{name: trial})
-                loss = _loss(cand, runs) + penalty({**values, name: trial})
+                loss = objective({**values, name: trial})
                 if loss < best - 1e-12:
-                    best, current, values[name] = loss, cand, trial
+                    best, values[name] = loss, trial
             span[name] /= 4.0
-    tuning = dataclasses.replace(current.nccl, **{k: round(values[k], 3) for k in free})
+    x = _nelder_mead(lambda xs: objective({**values, **{k: _from_x(k, v) for k, v in zip(free, xs)}}),
+                     [_to_x(k, values[k]) for k in free])
+    refined = {**values, **{k: _clamp(k, _from_x(k, v), prior[k]) for k, v in zip(free, x)}}
+    if objective(refined) < best:
+        values = refined
+    values = {k: _clamp(k, v, prior[k]) for k, v in values.items()}
+    at_bound = tuple(k for k in free if k in BW_PARAMS and prior[k] > 0
+                     and any(math.isclose(values[k], prior[k] * f, rel_tol=1e-6) for f in _BW_RANGE))
+    tuning = dataclasses.replace(group.nccl, **{k: round(values[k], 3) for k in free})
     fitted = _with(group, **{k: getattr(tuning, k) for k in free})
-    return Calibration(tuning, tuple(free), tuple(predict_rows(fitted, runs)))
+    return Calibration(tuning, tuple(free), tuple(predict_rows(fitted, runs)), at_bound)
 
 
 def calibrated_cluster(base: Cluster, calibration: Calibration, *, nodes: int | None = None) -> dict:

@@ -215,7 +215,7 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
         lat = C.PAT_BASE_US + log_nodes * inter / C.PAT_LOG_DIVISOR + n * C.PAT_PER_RANK_US
     else:  # point-to-point: one hop
         lat += inter if s.multi_node else intra
-    return lat + s.latency_us
+    return lat + s.latency_us + (s.simple_latency_us if proto is SIMPLE else 0.0)
 
 
 def _time_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:

@@ -32,6 +32,8 @@ _REDOPS = {"sum", "prod", "max", "min", "avg", "none", "premulsum"}
 _RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+.*?\bon\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
 _START_RE = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf\w*)?\s*$")
 _VERSION_RE = re.compile(r"nccl-library=(\d+)|NCCL version\s+([\d.]+)")
+#: largest 'error' (early nccl-tests: maximum deviation of the result) still taken as a correct run
+_MAX_ERROR = 1e-3
 _THREADS_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _NUM_RE = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 
@@ -91,12 +93,28 @@ def _parse_row(file: str, ln: int, tokens: list[str]) -> tuple[Row, str | None, 
         raise _err(file, ln, f"expected 4 or 8 columns after the type (time algbw busbw #wrong, twice), found {len(rest)} (truncated line?)")
     for i, tok in enumerate(rest):
         if i % 4 == 3:
-            if tok not in ("0", "N/A"):
-                raise _err(file, ln, f"expected #wrong 0, found {tok} (the test reported wrong results)")
+            _check_wrong(file, ln, tok)
         elif not _NUM_RE.match(tok):
             raise _err(file, ln, f"expected a number in column {4 + i}, found {tok!r}")
     t_in = float(rest[4]) if len(rest) == 8 else None
     return Row(ln, size, float(rest[0]), float(rest[1]), float(rest[2]), t_in), redop, root
+
+
+def _check_wrong(file: str, ln: int, tok: str) -> None:
+    """``#wrong`` (a count, must be 0), ``N/A`` (validation off), or in early releases ``error``: the largest
+    deviation as a float (must be small)."""
+    if tok == "N/A":
+        return
+    if re.fullmatch(r"\d+", tok):
+        if int(tok) != 0:
+            raise _err(file, ln, f"expected #wrong 0, found {tok} (the test reported wrong results)")
+        return
+    try:
+        dev = float(tok)
+    except ValueError:
+        raise _err(file, ln, f"expected #wrong 0 (or N/A), found {tok!r}") from None
+    if not dev <= _MAX_ERROR:
+        raise _err(file, ln, f"expected an error column <= {_MAX_ERROR:g}, found {tok} (the test reported wrong results)")
 
 
 def _ranks_from_bw(kind: CollKind, rows: list[Row]) -> int | None:

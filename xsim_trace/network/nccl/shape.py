@@ -40,6 +40,7 @@ class GroupShape:
     collnet: bool = False
     latency_us: float = 0.0  # added to every collective (calibrated base latency, host launch cost)
     net_latency_us: float = 0.0  # extra latency per inter-node step
+    simple_latency_us: float = 0.0  # added to Simple-protocol collectives (calibrated pipeline fill / flush)
     _hash: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +164,7 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         nvls_bw_GBps=_nvls_bw(g, link, arch) if ranks_per_node > 1 else 0.0,
         collnet=g.nccl.collnet and n_nodes > 1,
         latency_us=g.nccl.latency_us,
+        simple_latency_us=g.nccl.simple_latency_us,
         net_latency_us=g.nccl.net_latency_us if g.nccl.net_latency_us is not None else t.net_step_latency_us[net],
     )
 
@@ -186,6 +188,7 @@ def _group_shape(cluster: Cluster, ranks: tuple[int, ...]) -> GroupShape:
         nvls_bw_GBps=min(s.nvls_bw_GBps for s in shapes),
         collnet=all(s.collnet for s in shapes),
         latency_us=max(s.latency_us for s in shapes),
+        simple_latency_us=max(s.simple_latency_us for s in shapes),
         net_latency_us=max(s.net_latency_us for s in shapes),
     )
 
