@@ -60,13 +60,17 @@ def test_batch_shares_follow_the_replicas_speed():
 
 
 def test_non_uniform_batch_shares_beat_uniform_ones_for_unlike_replicas():
-    space = _space(micro_batches=8, schedules=((Schedule.ONE_F_ONE_B, 1),), mixed=False)
+    # one H100 TP2 replica and two A100 TP2 replicas: the H100 one gets the larger share
+    space = _space(micro_batches=12, schedules=((Schedule.ONE_F_ONE_B, 1),), mixed=False, tp_degrees=(2,),
+                   stage_counts=(1,))
     tm = templates_from_model(TINY, "H100-SXM5-80GB", 1)
-    best = search(space, tm, top_k=20)
-    mixed_speeds = [s for s in best.top if len({p.parts[0].group for p in s.candidate.replicas}) == 2]
-    assert mixed_speeds
-    s = mixed_speeds[0]
-    assert len(set(s.shares())) > 1  # the replicas of the two groups run different shares
+    from xsim_trace.plan.search import _score
+    from xsim_trace.plan.space import Candidate, Part, Replicas
+
+    cand = Candidate((Replicas((Part("h100", 2, 1),), 1), Replicas((Part("a100", 2, 1),), 2)))
+    s = _score(space, cand, tm, ({}, {}))
+    h100, *a100 = s.shares()
+    assert h100 > max(a100) and sum(s.shares()) == 12
     even = s.candidate.plan(space)  # the global batch split evenly
     assert estimate_plan(even, tm).step_ns > s.estimate.step_ns
 
@@ -115,3 +119,11 @@ def test_cli_search_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_plan_check_refuses_a_plan_whose_groups_do_not_fit_the_cluster(tmp_path, capsys):
+    plan = "traces/plans/llama7b_h100_a100_pipeline.yaml"  # 8 H100 + 16 A100
+    assert main(["plan", "check", plan, "--cluster", "mixed-h100-a100"]) == 0
+    assert main(["plan", "check", plan, "--cluster", "dgx-h100:2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "field device_groups[1]: the plan uses 16 A100-SXM4-80GB device(s), the cluster" in err[0]

@@ -81,8 +81,13 @@ def test_reshard_between_tp4_and_tp8(wl):
     traces = wl.result.traces
     h100_rank, a100_rank = 0, 4  # pipeline 0: stage 0 on ranks 0-3 (TP 4), stage 1 on ranks 4-11 (TP 8)
     for rank, want in ((h100_rank, NodeType.COMM_SEND), (a100_rank, NodeType.COMM_RECV)):
-        fwd = [n for n in traces[rank].nodes if n.attr(A.COMM_KIND) == "reshard" and n.attr(A.PHASE) == "fwd"]
+        fwd = [n for n in traces[rank].nodes if n.attr(A.COMM_KIND) == "reshard" and n.attr(A.PHASE) == "fwd"
+               and n.attr(A.XFER_PHASE) != "allgather"]
         assert fwd and all(n.type == want for n in fwd)
+    # the consumer's TP 8 group then all-gathers the whole boundary tensor (one per micro-batch)
+    gathers = [n for n in traces[a100_rank].nodes if n.attr(A.XFER_PHASE) == "allgather" and n.attr(A.PHASE) == "fwd"]
+    assert len(gathers) == wl.plan.micro_batches
+    assert all(n.comm_size_bytes == wl.plan.model.boundary_activation_bytes() for n in gathers)
     # direct TP 4 -> 8: each source sends to 2 destinations, per micro-batch
     sends = [n for n in traces[h100_rank].nodes if n.type == NodeType.COMM_SEND and n.attr(A.COMM_KIND) == "reshard"
              and n.attr(A.PHASE) == "fwd"]

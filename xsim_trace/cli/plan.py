@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = psub.add_parser("check", help="validate plan files (exit 2 with the first problem)")
     c.add_argument("plans", nargs="+")
+    c.add_argument("--cluster", metavar="FILE_OR_PRESET", help="also check that the plan's devices exist in this cluster")
     c.set_defaults(func=cmd_check)
 
     t = psub.add_parser("partition", help="show the uniform or throughput-proportional layer partition of a plan")
@@ -85,8 +86,17 @@ def replay_for(cluster: str | None, backend: str, *, quick: bool = False):
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    cluster = None
+    if args.cluster:
+        from xsim_trace.cluster import load_cluster
+
+        cluster = load_cluster(args.cluster)
     for path in args.plans:
         plan = load_plan(path)
+        if cluster is not None:
+            from xsim_trace.plan.document import check_plan_fits
+
+            check_plan_fits(plan, cluster, source=path)
         stages = sum(len(p.stages) for p in plan.pipelines)
         print(f"{path}: ok ({plan.dp} pipelines, {stages} stages, {plan.schedule.value}, reshard {plan.reshard.value}"
               f"{', layers to partition' if plan.needs_partition else ''})")
