@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xsim_trace.validate.hetero_accuracy import evaluate, predict_row, summarize
+from xsim_trace.validate.hetero_accuracy import evaluate, summarize
 from xsim_trace.validate.hetero_predict import FITTED, node_links, predict, row_cluster_name, schedule_1f1b
 from xsim_trace.validate.hetero_rows import COLUMNS, RawRow, RowError, parse_row, read_rows
 

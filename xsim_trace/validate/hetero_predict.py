@@ -33,7 +33,6 @@ from xsim_trace.devices import get_device
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
 from xsim_trace.errors import GraphError
-from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.families import get_family
