@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from xsim_trace.validate.hetero_accuracy import evaluate, predict_row, summarize
-from xsim_trace.validate.hetero_predict import FITTED, node_links, predict, row_cluster_name
+from xsim_trace.validate.hetero_accuracy import evaluate, summarize
+from xsim_trace.validate.hetero_predict import FITTED, node_links, predict, row_cluster_name, schedule_1f1b
 from xsim_trace.validate.hetero_rows import COLUMNS, RawRow, RowError, parse_row, read_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,6 +166,23 @@ def test_prediction_scales_with_the_slow_stage_and_flags_oom():
     big = predict(parse_row(raw(cluster=AWS_T4, gpus="T4x16 (4 nodes x 4)", mbs="32", metric="run_failed", value="",
                                 plan=BIG_PLAN)))
     assert big.out_of_memory and big.peak_GiB > big.capacity_GiB
+
+
+@pytest.mark.parametrize("p, m", [(1, 4), (4, 8), (4, 2), (8, 16)])
+def test_1f1b_recursion_matches_the_homogeneous_formula(p, m):
+    """Equal stages, free transfers: the last backward of stage 0 ends at (m + p - 1)(tf + tb)."""
+    tf, tb = 3, 7
+    ends = schedule_1f1b([tf] * p, [tb] * p, [0] * (p - 1), m)
+    assert ends[0] == (m + p - 1) * (tf + tb)
+    assert ends[-1] == m * (tf + tb) + (p - 1) * tf  # the last stage starts after p-1 forwards, then never waits
+
+
+def test_1f1b_recursion_slow_stage_sets_the_pace():
+    """One stage twice as slow: the steady state runs at its pace, transfers add to every hop."""
+    fast = schedule_1f1b([1, 1, 1], [2, 2, 2], [0, 0], 16)[0]
+    slow = schedule_1f1b([1, 2, 1], [2, 4, 2], [0, 0], 16)[0]
+    assert slow >= 16 * 6 and slow > fast
+    assert schedule_1f1b([1, 1], [2, 2], [5], 4)[0] > schedule_1f1b([1, 1], [2, 2], [0], 4)[0]
 
 
 def test_prediction_is_deterministic():

@@ -32,7 +32,7 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.devices import get_device
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
-from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.errors import GraphError
 from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.families import get_family
@@ -248,7 +248,7 @@ def _stage_params(wmodel: WorkloadModel, layers: int, embedding: bool, head: boo
     return params
 
 
-def _schedule(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> list[int]:
+def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> list[int]:
     """1F1B (DeepSpeed TrainSchedule) on one replica: end time of each stage's last op.  ``p2p[s]`` is the
     transfer between stage s and s+1 (blocking on the sender)."""
     from xsim_trace.workload.schedule import one_f_one_b
@@ -284,8 +284,8 @@ def _schedule(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> list[in
                 pos[s] += 1
                 done += 1
                 progressed = True
-        if not progressed:
-            raise RuntimeError("1F1B recursion made no progress")
+        if not progressed:  # cannot happen for 1F1B orders; a guard against an endless loop
+            raise GraphError(f"1F1B recursion stalled after {done} of {total} passes")
     return [max(b_end[s]) for s in range(p)]
 
 
@@ -310,7 +310,7 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
             bwd.append(b)
             if s < pp - 1:
                 p2p.append(_p2p_ns(act_bytes, pl, plan.stages[s + 1].replicas[r], links))
-        ends[r] = _schedule(fwd, bwd, p2p, m)
+        ends[r] = schedule_1f1b(fwd, bwd, p2p, m)
     best = (0, 0.0, 0, 0)
     peak = (0.0, 1.0, False)
     for s, st in enumerate(plan.stages):
@@ -367,4 +367,4 @@ def _memory_GiB(row: HeteroRow, wmodel: WorkloadModel, stage: int, pl: Placement
 
 
 __all__ = ["CLUSTER_KEYWORDS", "FITTED", "HeteroCalibration", "NodeLinks", "Prediction", "node_links", "predict",
-           "row_cluster_name", "workload_model"]
+           "row_cluster_name", "schedule_1f1b", "workload_model"]

@@ -221,7 +221,8 @@ _SAILOR_STAGE = re.compile(r"S(\d+)\s*:\s*layers\s+(\d+)\s*-\s*(\d+)\s+on\s+DP\s
 _SAILOR_REPLICA = re.compile(r"^\s*(.+?)\s*x\s*(\d+)\s+TP\s*(\d+)\s*$", re.IGNORECASE)
 
 
-def _blocks(raw: RawRow, units: tuple[int, int], first_block_unit: int, model: RowModel) -> tuple[int, int]:
+def _blocks(units: tuple[int, int], first_block_unit: int, model: RowModel) -> tuple[int, int]:
+    """Transformer blocks [first, end) inside a unit range whose blocks start at unit ``first_block_unit``."""
     a, b = units
     lo = min(max(a - first_block_unit, 0), model.num_layers)
     hi = min(max(b - first_block_unit, 0), model.num_layers)
@@ -273,7 +274,7 @@ def parse_sailor_plan(raw: RawRow, model: RowModel, gpus: list[tuple[str, int]])
             node_devices.append(dev)
             node_sizes.append(n)
             placements.append(Placement(dev, tp, (node,) * tp))
-        stages.append(RowStage(units, _blocks(raw, units, 1, model), units[0] == 0, units[1] == units_total,
+        stages.append(RowStage(units, _blocks(units, 1, model), units[0] == 0, units[1] == units_total,
                                tuple(placements)))
     plan = RowPlan("sailor", tuple(stages), mbs, m_count, tuple(node_devices), tuple(node_sizes))
     _check_gpus(raw, plan, gpus)
@@ -346,7 +347,7 @@ def parse_amp_plan(raw: RawRow, model: RowModel, gpus: list[tuple[str, int]]) ->
             if len(devs) != 1:
                 raise RowError(raw.row_id, "plan", f"stage {s} replica {r}: TP group mixes {', '.join(sorted(devs))}")
             reps.append(Placement(devs.pop(), tp, tuple(x // per_node for x in ranks), ranks))
-        stages.append(RowStage(units, _blocks(raw, units, 2, model), units[0] == 0, units[1] >= model.num_layers + 5,
+        stages.append(RowStage(units, _blocks(units, 2, model), units[0] == 0, units[1] >= model.num_layers + 5,
                                tuple(reps)))
     return RowPlan("amp", tuple(stages), mbs, ga, tuple(node_devices), (per_node,) * len(node_devices))
 
