@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from xsim_trace.errors import GraphError
+from xsim_trace.network.protocol import capabilities_of
 from xsim_trace.replay.collective_pricing import (
     CollectivePricer,
     ScheduleWalkPricer,
@@ -118,6 +119,12 @@ class Engine:
         """The compiled loop runs the closed-form path only (contention-free backend); by default
         from :data:`COMPILED_MIN_NODES` nodes on, below which loading it costs more than it saves."""
         if wanted is False or not self.closed_form:
+            return False
+        if not capabilities_of(self.backend).contention_free and bool(
+            np.any((self.w.exec_kind == K_SEND) | (self.w.exec_kind == K_RECV))
+        ):
+            # the kernel times a send alone; a backend whose flows share endpoint ports (analytical)
+            # times it through start_flow, in the Python loop
             return False
         if wanted is None and self.w.num_nodes < COMPILED_MIN_NODES:
             return False
