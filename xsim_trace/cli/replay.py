@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retarget", action="store_true",
                    help="ranks captured on another GPU than the cluster gives them: rescale their compute kernels to the "
                         "cluster's device by kernel class and FLOPs/bytes (without it such a mismatch is refused)")
+    p.add_argument("--retarget-host-factor", type=float, default=1.0, metavar="F",
+                   help="with --retarget: multiply host (CPU) node times of retargeted ranks by F (target CPU time / "
+                        "captured; default 1: host time kept as captured)")
     add_replay_options(p)
     p.set_defaults(func=cmd_replay)
 
@@ -137,7 +140,7 @@ def _critical_line(summary_path) -> str | None:
             f"{top['name'] or 'node ' + str(top['node'])} on rank {top['rank']} ({fmt_ns(top['duration_ns'])})")
 
 
-def check_or_retarget(traces, cluster, *, retarget: bool, cluster_name: str):
+def check_or_retarget(traces, cluster, *, retarget: bool, host_factor: float = 1.0):
     """Refuse ranks captured on another device than the cluster's (naming both), or, with
     ``retarget``, rescale them to it (logging how many ranks moved)."""
     import logging
@@ -155,7 +158,7 @@ def check_or_retarget(traces, cluster, *, retarget: bool, cluster_name: str):
                           rank=first.rank, field="--cluster")
     logging.getLogger(__name__).warning("retargeting %d rank(s) from %s to %s", len(mismatches),
                                         mismatches[0].captured, mismatches[0].cluster)
-    return do_retarget(traces, cluster)
+    return do_retarget(traces, cluster, host_factor=host_factor)
 
 
 def _needs_retarget(trace: str, cluster, *, retarget: bool) -> bool:
@@ -186,10 +189,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     partial = _partial_rank_set(args.trace)
     if partial is not None:
-        workload, prefix = _compile_completed(args.trace, args.absent_peers, args.drop_missing_deps, quiet)
+        workload, prefix = _compile_completed(args, cluster, quiet)
     elif _needs_retarget(args.trace, cluster, retarget=args.retarget):
         rs = read_rank_set(args.trace)
-        traces = check_or_retarget(rs.traces, cluster, retarget=True, cluster_name=str(args.cluster))
+        traces = check_or_retarget(rs.traces, cluster, retarget=True, host_factor=args.retarget_host_factor)
         workload, prefix = compile_checked(traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix
     else:
         # decoded straight into columns where it can (no per-node objects), else the typed way
@@ -218,16 +221,17 @@ def _partial_rank_set(trace: str) -> tuple[int, ...] | None:
     return tuple(files) if len(files) < world else None
 
 
-def _compile_completed(trace: str, mode: str, drop_missing_deps: bool, quiet: bool):
-    """A partial rank set completed with modelled peers (:mod:`xsim_trace.replay.absent`), compiled;
-    what was modelled is said on stderr."""
+def _compile_completed(args: argparse.Namespace, cluster, quiet: bool):
+    """A partial rank set (device-checked, or retargeted) completed with modelled peers
+    (:mod:`xsim_trace.replay.absent`), compiled; what was modelled is said on stderr."""
     from converters.crossrank import alltoall_schedule
     from xsim_trace.io import read_rank_set
     from xsim_trace.replay.absent import AbsentPeers, complete_rank_set
     from xsim_trace.replay.api import compile_checked
 
-    rs = read_rank_set(trace, partial=True)
-    done = complete_rank_set(rs.traces, rs.comm_groups, AbsentPeers(mode), alltoall_order=alltoall_schedule)
+    rs = read_rank_set(args.trace, partial=True)
+    traces = check_or_retarget(rs.traces, cluster, retarget=args.retarget, cluster_name=str(args.cluster))
+    done = complete_rank_set(traces, rs.comm_groups, AbsentPeers(args.absent_peers), alltoall_order=alltoall_schedule)
     for note in done.notes if not quiet else ():
         print(f"xsim: note: {note}", file=sys.stderr)
-    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), rs.prefix
+    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix

@@ -251,7 +251,8 @@ def compile_workload(
                     dropped += 1
                     continue
                 if p is None:
-                    raise GraphError(f"depends on node {d}, which is not in the trace", file=trace.source, rank=rank, node=node.id)
+                    raise GraphError(f"depends on node {d}, which is not in the trace (--drop-missing-deps drops such "
+                                     "dependencies with a warning)", file=trace.source, rank=rank, node=node.id)
                 if p == g:
                     raise GraphError("node depends on itself (a cycle)", file=trace.source, rank=rank, node=node.id)
                 dep_src.append(p)
