@@ -24,17 +24,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xsim_trace.cluster import load_cluster  # noqa: E402
 from xsim_trace.network import available_backends, build_topology, make_backend  # noqa: E402
-from xsim_trace.network.protocol import Flow  # noqa: E402
+from xsim_trace.network.protocol import Flow, capabilities_of  # noqa: E402
 
 
 def run_dag(backend, initial, on_done):
-    """initial: [(t, Flow)]; on_done(flow_id, t) -> [(t, Flow)] follow-ups.  Returns (flows, end_ns)."""
+    """initial: [(t, Flow)]; on_done(flow_id, t) -> [(t, Flow)] follow-ups.  Returns (flows, end_ns).
+    A backend declaring ``horizon_hint`` is told the next start, as the replay engine does."""
     pending = list(initial)
     heapq.heapify(pending)
     n = 0
     end = 0
+    hint = capabilities_of(backend).horizon_hint
     while True:
-        nxt = backend.next_completion_ns()
+        if hint:
+            nxt = backend.next_completion_ns(horizon_ns=pending[0][0] if pending else 1 << 62)
+        else:
+            nxt = backend.next_completion_ns()
         if pending and (nxt is None or pending[0][0] <= nxt):
             now = pending[0][0]
         elif nxt is not None:
@@ -127,9 +132,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             flows, end = run_dag(backend, initial, on_done)
             wall = time.perf_counter() - t0
-            close = getattr(backend, "close", None)
-            if close:
-                close()
+            backend.close()
             print(f"{wname:<24} {b:<14} {flows:>7} {end / 1e3:>13.1f} {wall:>9.3f} {wall / max(flows, 1) * 1e6:>9.1f}")
     return 0
 

@@ -38,6 +38,8 @@ class AnalyticalBackend(FlowChecks):
         self.topology = topology
         self.rounding = check_rounding(rounding)
         self.endpoint_sharing = bool(endpoint_sharing)
+        if not self.endpoint_sharing:  # flows never meet: closed form is exact for every transfer
+            self.capabilities = BackendCapabilities(closed_form=True, contention_free=True)
         self._now_ns = 0
         self._active: set[int] = set()
         self._heap: list[tuple[int, int]] = []

@@ -7,8 +7,9 @@ and moves the backend's clock forward (``advance``), which returns the flows fin
 Times are integer nanoseconds; a backend must be deterministic: the same calls in the same order
 give the same answers, bit for bit.
 
-Optional capabilities are declared in one frozen :class:`BackendCapabilities` (a class attribute
-``capabilities``); callers read them with :func:`capabilities_of` and use the matching protocol:
+Optional capabilities are declared in one frozen :class:`BackendCapabilities` (the attribute
+``capabilities``, set by the class or, where options change it, by the instance); callers read them
+with :func:`capabilities_of` and use the matching protocol:
 
 - ``horizon_hint``: ``next_completion_ns(horizon_ns=h)`` is understood: the caller promises that
   no flow starts before ``h``; the answer is the earliest completion if it is at or before ``h``,
@@ -78,7 +79,9 @@ class TopologyLike(Protocol):
 @runtime_checkable
 class NetworkBackend(Protocol):
     name: ClassVar[str]
-    capabilities: ClassVar[BackendCapabilities]
+    #: declared by the class; an instance may narrow or widen it by its options (e.g. analytical
+    #: with endpoint_sharing=False is contention-free)
+    capabilities: BackendCapabilities
 
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         """Inject ``flow`` at ``now_ns`` (never earlier than the last ``advance``)."""
@@ -135,9 +138,7 @@ class CollectivePricing(Protocol):
 
 def capabilities_of(backend: object) -> BackendCapabilities:
     """The capabilities ``backend`` declares; a backend that declares none has the three calls only."""
-    caps = getattr(type(backend), "capabilities", None)
-    if caps is None:
-        caps = getattr(backend, "capabilities", None)
+    caps = getattr(backend, "capabilities", None)  # the class's declaration, or the instance's own
     if caps is None:
         return NO_CAPABILITIES
     if not isinstance(caps, BackendCapabilities):
