@@ -121,6 +121,11 @@ def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> 
             pair_count[key] = pair_count.get(key, 0) + 1
             node.type = NodeType.COMM_SEND if info.kind is CommKind.SEND else NodeType.COMM_RECV
             node.attrs.update({A.COMM_SRC: src, A.COMM_DST: dst, A.COMM_TAG: tag, A.COMM_SIZE: info.size_bytes})
+    unsized = sum(1 for r in ranks for op in r.ops if op.info.kind is CommKind.COLLECTIVE
+                  and op.info.coll is not CollectiveType.BARRIER and op.info.size_bytes == 0)
+    if unsized:
+        log.warning("%d collective%s no size: the capture was taken without record_shapes; the replay keeps "
+                    "their measured duration", unsized, "s have" if unsized != 1 else " has")
     # an uneven all-to-all moves different bytes per rank; one COMM_COLL needs one size: the largest
     for nodes in uneven.values():
         size = max(n.attrs[A.COMM_SIZE] for n in nodes)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -257,11 +258,21 @@ def _apply(node: GNode, extra: "tuple[dict[str, Any], Any, Any] | None") -> None
     node.outputs = node.outputs or outputs
 
 
-def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | None = None,
-                 annotate: Annotate | None = None) -> RankGraph:
-    """Build one rank's graph (cross-rank fields of comm nodes are filled in by ``crossrank``).
+@dataclass(slots=True)
+class _Window:
+    """Phase 1: the step's events.  Host events of the step's process inside the window; device ops
+    launched from them (or uncorrelated ones inside the window), by time; per stream, when work from
+    before the window finished (backlog, not idle time)."""
 
-    ``annotate`` (used by the ET linker) adds attributes / tensor info from a node's CPU op."""
+    sel: Step
+    host: list[Event]
+    runtime_by_corr: dict[int, Event]
+    gpu: list[Event]
+    gpu_by_corr: dict[int, list[Event]]
+    busy_until: dict[Any, int]
+
+
+def _collect_window(kt: KinetoTrace, step: int | str | None) -> _Window:
     sel = select_step(kt, step)
     w0, w1 = sel.start_ns, sel.end_ns
     in_window = lambda e: w0 <= e.ts < w1  # noqa: E731
@@ -276,7 +287,6 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             elif (e.corr is None or e.corr not in runtime_by_corr) and e.corr is None and in_window(e):
                 gpu.append(e)
     gpu.sort(key=lambda e: (e.ts, e.idx))
-    # per stream, when the work before the window (not converted) finished: backlog, not idle time
     first_on_stream: dict[Any, Event] = {}
     for e in gpu:
         first_on_stream.setdefault(e.stream, e)
@@ -288,13 +298,29 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
     for e in gpu:
         if e.corr is not None:
             gpu_by_corr.setdefault(e.corr, []).append(e)
+    return _Window(sel, host, runtime_by_corr, gpu, gpu_by_corr, busy_until)
 
-    b = GraphBuilder()
-    stats = {"gpu_ops": len(gpu), "host_events": len(host), "dropped_edges": 0}
 
-    # threads: the step's thread first, then by id
+@dataclass(slots=True)
+class _Threads:
+    """Phase 2: the host threads (the step's thread first, then by id), the secondary threads'
+    bursts, when they end inside the window, and the bursts the main thread waits through (inside a
+    backward call, or nearly idle): while those run, main's segments wait for the burst's progress
+    instead of keeping the blocked time as duration."""
+
+    main: _Thread
+    threads: list[_Thread]
+    bursts: dict[Any, list[tuple[int, int]]]
+    join_times: list[int]
+    blocked: set[tuple[Any, tuple[int, int]]]
+    block_starts: list[int]
+
+
+def _host_threads(kt: KinetoTrace, win: _Window) -> _Threads:
+    sel = win.sel
+    w0, w1 = sel.start_ns, sel.end_ns
     by_tid: dict[Any, list[Event]] = {}
-    for e in host:
+    for e in win.host:
         by_tid.setdefault(e.tid, []).append(e)
     tids = sorted(by_tid, key=lambda t: (t != sel.tid, str(t)))
     threads = [_Thread(t, i, sorted(by_tid[t], key=lambda e: (e.ts, -e.end, e.idx))) for i, t in enumerate(tids)]
@@ -303,8 +329,6 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
     main = threads[0]
     bursts = {th.tid: _bursts([e for e in th.events if e.cat in CPU_CATS] or th.events) for th in threads[1:]}
     join_times = sorted({end for spans in bursts.values() for _, end in spans if w0 < end < w1})
-    # bursts the main thread waits through (inside a backward call, or nearly idle): while they run,
-    # its segments wait for the burst's progress instead of keeping the blocked time as duration
     main_top = [e for e in main.events if e.cat == "cpu_op"]
     main_spans = [e for e in main.events if e.cat in CPU_CATS]
 
@@ -318,23 +342,43 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
     blocked = {(tid, span) for tid, spans in bursts.items() for span in spans
                if w0 < span[0] and span[1] < w1 and waits_through(span)}
     block_starts = sorted({span[0] for _, span in blocked})
+    return _Threads(main, threads, bursts, join_times, blocked, block_starts)
 
-    launch_node: dict[int, GNode] = {}  # correlation -> host segment ending at the launch
-    launch_stack: dict[int, list[tuple[str, dict | None]]] = {}
-    launch_scope: dict[int, tuple[str, str]] = {}
-    launch_op: dict[int, Event | None] = {}
-    blocking: list[tuple[GNode, Event]] = []  # host node that waited for a GPU op's completion
-    syncs: list[tuple[GNode, Event, Any]] = []
-    waits: list[tuple[Event, Any]] = []
-    records: list[tuple[Event, Any]] = []
 
-    def build_thread(th: _Thread, joins: list[int]) -> None:
-        scopes = _Scopes([e for e in th.events if e.cat in CPU_CATS])
-        stream_id = CPU_STREAM_BASE - th.index
-        ops = [e for e in th.events if e.cat in CPU_CATS]
-        last_end = max((e.end for e in ops), default=max((e.end for e in th.events), default=w0))
-        cursor: GNode | None = None
-        cursor_end = w0
+@dataclass(slots=True)
+class _Launches:
+    """What phase 3 (host segments) records for the later phases: per correlation id the host
+    segment ending at the launch, the enclosing op stack, scope and innermost op; host nodes that
+    waited for GPU work (blocking copies, synchronize calls); stream-wait and event-record calls."""
+
+    node: dict[int, GNode] = field(default_factory=dict)
+    stack: dict[int, list[tuple[str, dict | None]]] = field(default_factory=dict)
+    scope: dict[int, tuple[str, str]] = field(default_factory=dict)
+    op: dict[int, Event | None] = field(default_factory=dict)
+    blocking: list[tuple[GNode, Event]] = field(default_factory=list)
+    syncs: list[tuple[GNode, Event, Any]] = field(default_factory=list)
+    waits: list[tuple[Event, Any]] = field(default_factory=list)
+    records: list[tuple[Event, Any]] = field(default_factory=list)
+
+
+class _HostSegments:
+    """Phase 3: each host thread as a chain of segments cut at every GPU launch, synchronising call
+    and burst boundary; a segment is named after the innermost op (and scope) it ran in."""
+
+    def __init__(self, b: GraphBuilder, win: _Window, ths: _Threads, annotate: Annotate | None) -> None:
+        self.b, self.win, self.ths, self.annotate = b, win, ths, annotate
+        self.out = _Launches()
+
+    def build(self) -> _Launches:
+        self.thread(self.ths.main, self.ths.join_times)
+        for th in self.ths.threads[1:]:
+            self.thread(th, [])
+        return self.out
+
+    def _cuts(self, th: _Thread, joins: list[int]) -> list[tuple[int, int, Any]]:
+        """(time, kind, event) in order: 1 = a launch or synchronize call, 0 = main resumes after a
+        secondary burst, 2 = a secondary thread's burst starts."""
+        out, gpu_by_corr = self.out, self.win.gpu_by_corr
         cut_events: list[tuple[int, int, Any]] = []
         for e in th.events:
             if e.cat not in RUNTIME_CATS:
@@ -344,18 +388,38 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             elif e.name in SYNC_CALLS:
                 cut_events.append((e.ts, 1, e))
             elif e.name in WAIT_CALLS:
-                waits.append((e, th.tid))
+                out.waits.append((e, th.tid))
             elif e.name in RECORD_CALLS:
-                records.append((e, th.tid))
+                out.records.append((e, th.tid))
         for t in joins:
             cut_events.append((t, 0, None))
-        if th is main:
-            for t in block_starts:
+        if th is self.ths.main:
+            for t in self.ths.block_starts:
                 cut_events.append((t, 0, None))
-        if th is not main:
-            for start, _ in bursts.get(th.tid, []):
+        if th is not self.ths.main:
+            for start, _ in self.ths.bursts.get(th.tid, []):
                 cut_events.append((start, 2, "burst"))
         cut_events.sort(key=lambda c: (c[0], c[1], c[2].idx if isinstance(c[2], Event) else -1))
+        return cut_events
+
+    def thread(self, th: _Thread, joins: list[int]) -> None:
+        b, out, sel, main = self.b, self.out, self.win.sel, self.ths.main
+        w0, w1 = sel.start_ns, sel.end_ns
+        scopes = _Scopes([e for e in th.events if e.cat in CPU_CATS])
+        stream_id = CPU_STREAM_BASE - th.index
+        ops = [e for e in th.events if e.cat in CPU_CATS]
+        last_end = max((e.end for e in ops), default=max((e.end for e in th.events), default=w0))
+        cursor: GNode | None = None
+        cursor_end = w0
+
+        def host_call(e: Event, dep: GNode | None) -> GNode:
+            nonlocal cursor, cursor_end
+            y = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=True, deps=[dep], fixed=False,
+                      **{A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)})
+            th.nodes.append(y)
+            th.ends.append(y.end)
+            cursor, cursor_end = y, e.end
+            return y
 
         def segment(t: int, extra: Iterable[GNode] = ()) -> GNode:
             nonlocal cursor, cursor_end
@@ -369,17 +433,17 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             if layer is not None:
                 attrs[A.LAYER] = layer
             node = b.add(name, NodeType.COMP, cursor_end, t, on_cpu=True, deps=[cursor, *extra], fixed=False, **attrs)
-            if annotate is not None:
+            if self.annotate is not None:
                 inner = _innermost_op(here)
                 if inner is not None:
-                    _apply(node, annotate(inner))
+                    _apply(node, self.annotate(inner))
             th.nodes.append(node)
             th.ends.append(node.end)
             cursor, cursor_end = node, t
             return node
 
         pending_cross: list[GNode] = []
-        for t, kind, e in cut_events:
+        for t, kind, e in self._cuts(th, joins):
             if t < cursor_end:
                 t = cursor_end
             if kind == 2:  # a secondary thread's burst starts: after main's last node before it
@@ -396,48 +460,37 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
                 if t > cursor_end or cursor is None:
                     segment(t, pending_cross)
                     pending_cross = []
-                y = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=True, deps=[cursor], fixed=False,
-                          **{A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)})
-                th.nodes.append(y)
-                th.ends.append(y.end)
-                syncs.append((y, e, th.tid))
-                cursor, cursor_end = y, e.end
+                out.syncs.append((host_call(e, cursor), e, th.tid))
                 continue
             stack = scopes.at(e.ts)
             node = segment(t, pending_cross)
             pending_cross = []
-            launch_node[e.corr] = node
-            launch_stack[e.corr] = [(s.name, s.args) for s in reversed(stack)]
-            launch_scope[e.corr] = _scope_names(stack)
-            launch_op[e.corr] = _innermost_op(stack)
-            ops_of = gpu_by_corr[e.corr]
-            if e.name not in LAUNCH_CALLS_KERNEL and all(g.end <= e.end for g in ops_of):
+            out.node[e.corr] = node
+            out.stack[e.corr] = [(s.name, s.args) for s in reversed(stack)]
+            out.scope[e.corr] = _scope_names(stack)
+            out.op[e.corr] = _innermost_op(stack)
+            if e.name not in LAUNCH_CALLS_KERNEL and all(g.end <= e.end for g in self.win.gpu_by_corr[e.corr]):
                 # a blocking copy / memset: the call returned when the GPU op was done
-                y = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=True, deps=[node], fixed=False,
-                          **{A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)})
-                th.nodes.append(y)
-                th.ends.append(y.end)
-                blocking.append((y, e))
-                cursor, cursor_end = y, e.end
+                out.blocking.append((host_call(e, node), e))
         tail = w1 if th is main and sel.number is not None else last_end
         if tail > cursor_end or cursor is None:
             segment(max(tail, cursor_end), pending_cross)
 
-    build_thread(main, join_times)
-    for th in threads[1:]:
-        build_thread(th, [])
-    # main thread resumes after each secondary burst.  Blocked in it (no main op starts during it):
-    # the main node spanning the burst waits for its end, so the blocked time follows the burst
-    # instead of being a fixed duration; otherwise the main node starting at the burst's end does.
+
+def _join_bursts(ths: _Threads) -> None:
+    """Phase 4: main resumes after each secondary burst.  Blocked in it (no main op starts during
+    it): the main node spanning the burst waits for its end, so the blocked time follows the burst
+    instead of being a fixed duration; otherwise the main node starting at the burst's end does."""
+    main = ths.main
     main_starts = [n.start for n in main.nodes]
-    for th in threads[1:]:
-        for span in bursts[th.tid]:
+    for th in ths.threads[1:]:
+        for span in ths.bursts[th.tid]:
             end = span[1]
             i = bisect.bisect_right(th.ends, end) - 1
             if i < 0:
                 continue
             last = th.nodes[i]
-            if (th.tid, span) in blocked:
+            if (th.tid, span) in ths.blocked:
                 j = bisect.bisect_left(main_starts, span[0])
                 while j < len(main.nodes) and main.nodes[j].end <= end:
                     node = main.nodes[j]
@@ -449,15 +502,19 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             if j < len(main.nodes) and last.end <= main.nodes[j].end:
                 main.nodes[j].ctrl_deps.append(last)
 
-    # device ops
+
+def _device_ops(kt: KinetoTrace, b: GraphBuilder, win: _Window, lau: _Launches, world_size: int,
+                annotate: Annotate | None, stats: dict[str, int]) -> tuple[dict[int, GNode], list[CommOp]]:
+    """Phase 5: device ops after their launch and the previous op of their stream; NCCL kernels as
+    COMM_COLL nodes described from their args, launching ops or name."""
     gpu_node: dict[int, GNode] = {}
     comm_ops: list[CommOp] = []
     last_on_stream: dict[Any, GNode] = {}
-    for e in gpu:
-        launch = launch_node.get(e.corr) if e.corr is not None else None
+    for e in win.gpu:
+        launch = lau.node.get(e.corr) if e.corr is not None else None
         prev = last_on_stream.get(e.stream)
         deps = [d for d in (launch, prev) if d is not None]
-        op, module = launch_scope.get(e.corr, ("", "")) if e.corr is not None else ("", "")
+        op, module = lau.scope.get(e.corr, ("", "")) if e.corr is not None else ("", "")
         attrs: dict[str, Any] = {A.STREAM: e.stream if e.stream is not None else 0}
         if op:
             attrs[A.LAUNCH_OP] = op
@@ -468,7 +525,7 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
             attrs[A.LAYER] = layer
         info = None
         if e.cat == "kernel" and nccl.is_nccl_kernel(e.name):
-            info = nccl.describe(e.name, e.args, launch_stack.get(e.corr, []), world_size)
+            info = nccl.describe(e.name, e.args, lau.stack.get(e.corr, []), world_size)
             if info is None:
                 stats["unknown_nccl"] = stats.get("unknown_nccl", 0) + 1
                 log.warning("%s: NCCL kernel %s (event %d): cannot tell which operation it is; kept as compute",
@@ -478,29 +535,35 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
                 attrs[A.NCCL_ALGO] = info.algo
             node = b.add(_comm_name(info, e.name), NodeType.COMM_COLL, e.ts, e.end, on_cpu=False, deps=deps,
                          timed=False, **attrs)
-            comm_ops.append(CommOp(node, info, runtime_by_corr[e.corr].ts if e.corr in runtime_by_corr else e.ts))
+            issue = win.runtime_by_corr[e.corr].ts if e.corr in win.runtime_by_corr else e.ts
+            comm_ops.append(CommOp(node, info, issue))
         else:
             if e.cat != "kernel" and e.args and isinstance(e.args.get("bytes"), int):
                 attrs[A.TENSOR_SIZE] = e.args["bytes"]
             node = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=False, deps=deps, **attrs)
-        if annotate is not None and e.corr is not None and launch_op.get(e.corr) is not None:
-            _apply(node, annotate(launch_op[e.corr]))  # type: ignore[arg-type]
-        if prev is None and e.stream in busy_until:
-            node.idle_from = busy_until[e.stream]
+        if annotate is not None and e.corr is not None and lau.op.get(e.corr) is not None:
+            _apply(node, annotate(lau.op[e.corr]))  # type: ignore[arg-type]
+        if prev is None and e.stream in win.busy_until:
+            node.idle_from = win.busy_until[e.stream]
         gpu_node[e.idx] = node
         last_on_stream[e.stream] = node
+    return gpu_node, comm_ops
 
-    # launches per thread in time order, for the cross-stream edges
+
+def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats: dict[str, int]) -> None:
+    """Phase 6: cross-stream edges (cudaStreamWaitEvent: the recorded event's stream -> the next
+    launch's stream), synchronize calls after the work they wait for, blocking copies after their
+    op.  Edges the timestamps contradict are dropped (counted)."""
     launches: dict[Any, list[tuple[int, Event]]] = {}
-    for corr, ev_list in gpu_by_corr.items():
-        rt = runtime_by_corr[corr]
+    for corr, ev_list in win.gpu_by_corr.items():
+        rt = win.runtime_by_corr[corr]
         for g in ev_list:
             launches.setdefault(rt.tid, []).append((rt.ts, g))
     all_launches = sorted((x for lst in launches.values() for x in lst), key=lambda x: (x[0], x[1].idx))
     for lst in launches.values():
         lst.sort(key=lambda x: (x[0], x[1].idx))
     keys = {tid: [x[0] for x in lst] for tid, lst in launches.items()}
-    rec_times = {tid: sorted(r.ts for r, t in records if t == tid) for tid in {t for _, t in records}}
+    rec_times = {tid: sorted(r.ts for r, t in lau.records if t == tid) for tid in {t for _, t in lau.records}}
 
     def add_edge(a: Event, bnode: GNode, b_start: int) -> None:
         an = gpu_node[a.idx]
@@ -511,7 +574,7 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
         else:
             stats["dropped_edges"] += 1
 
-    for w, tid in waits:
+    for w, tid in lau.waits:
         lst, ks = launches.get(tid, []), keys.get(tid, [])
         j = bisect.bisect_right(ks, w.ts)
         if j >= len(lst):
@@ -528,7 +591,7 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
         if i >= 0 and lst[i][1].stream != b_ev.stream:
             add_edge(lst[i][1], gpu_node[b_ev.idx], b_ev.ts)
     all_keys = [x[0] for x in all_launches]
-    for y, e, tid in syncs:
+    for y, e, tid in lau.syncs:
         before = all_launches[:bisect.bisect_left(all_keys, e.ts)]
         if e.name.endswith("DeviceSynchronize"):
             last: dict[Any, Event] = {}
@@ -546,14 +609,14 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
                 y.ctrl_deps.append(gpu_node[g.idx])
             else:
                 stats["dropped_edges"] += 1
-    for y, e in blocking:
-        for g in gpu_by_corr[e.corr]:
+    for y, e in lau.blocking:
+        for g in win.gpu_by_corr[e.corr]:
             y.ctrl_deps.append(gpu_node[g.idx])
 
-    _infer_stream_waits(gpu, gpu_node, runtime_by_corr, stats)
 
+def _rank_metadata(kt: KinetoTrace, rank: int, world_size: int, sel: Step) -> dict[str, Any]:
     device = kt.device_names[0] if kt.device_names else ""
-    meta = {
+    return {
         A.META_RANK: rank,
         A.META_WORLD_SIZE: world_size,
         A.META_SOURCE: "xsim-convert kineto",
@@ -562,7 +625,25 @@ def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | 
         A.META_STEP_START_NS: sel.start_ns,  # ranks of one host share this clock: their relative start
         A.META_DEVICE: device,
     }
-    return RankGraph(rank, b, sel, comm_ops, meta, kt.name, stats)
+
+
+def convert_rank(kt: KinetoTrace, rank: int, world_size: int, step: int | str | None = None,
+                 annotate: Annotate | None = None) -> RankGraph:
+    """Build one rank's graph (cross-rank fields of comm nodes are filled in by ``crossrank``).
+
+    ``annotate`` (used by the ET linker) adds attributes / tensor info from a node's CPU op.  The
+    phases: the step's events, host threads, host segments, burst joins, device ops, wait edges,
+    inferred stream waits."""
+    win = _collect_window(kt, step)
+    b = GraphBuilder()
+    stats = {"gpu_ops": len(win.gpu), "host_events": len(win.host), "dropped_edges": 0}
+    ths = _host_threads(kt, win)
+    lau = _HostSegments(b, win, ths, annotate).build()
+    _join_bursts(ths)
+    gpu_node, comm_ops = _device_ops(kt, b, win, lau, world_size, annotate, stats)
+    _wait_edges(win, lau, gpu_node, stats)
+    _infer_stream_waits(win.gpu, gpu_node, win.runtime_by_corr, stats)
+    return RankGraph(rank, b, win.sel, comm_ops, _rank_metadata(kt, rank, world_size, win.sel), kt.name, stats)
 
 
 #: a device op starting this much after its deps allow is checked for an unrecorded cross-stream wait
@@ -597,7 +678,9 @@ def _infer_stream_waits(gpu: list[Event], gpu_node: dict[int, GNode], runtime_by
 
 
 def _int_tid(tid: Any) -> int:
-    return tid if isinstance(tid, int) and not isinstance(tid, bool) else abs(hash(str(tid))) % (1 << 31)
+    """The ``tid`` attribute of a host thread: its id, or for a named thread a stable number from the
+    name (crc32: Python's string hash changes from run to run, which made outputs differ)."""
+    return tid if isinstance(tid, int) and not isinstance(tid, bool) else zlib.crc32(str(tid).encode()) % (1 << 31)
 
 
 def _comm_name(info: nccl.CommInfo, kernel: str) -> str:

@@ -21,9 +21,7 @@ from xsim_trace.io.json_input import GuardedReader, checked_us
 CHUNK_BYTES = 1 << 18  # smaller chunks: fewer parsed-but-unreduced events alive at once
 NS_PER_US = 1000
 
-CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+from xsim_trace.kineto_names import CPU_CATS, GPU_CATS, RUNTIME_CATS  # noqa: E402 - re-exported
 KEPT_CATS = CPU_CATS | RUNTIME_CATS | GPU_CATS
 
 #: runtime calls that neither launch GPU work nor order it: not kept (they are most of the

@@ -1,5 +1,7 @@
 """Recognise NCCL work in a trace and describe it: collective type, bytes, process group.
 
+The names (collectives, kernels, dtypes) live in :mod:`xsim_trace.nccl_names`, shared with validation.
+
 Three sources, best first: the collective args Kineto records on NCCL kernels and on
 ``record_param_comms`` (``Collective name``, ``In/Out msg nelems``, ``dtype``, ``Group size``,
 ``Process Group Name/Ranks``); the launching ``nccl:*`` / ``c10d::*`` CPU ops and their input
@@ -12,11 +14,20 @@ from __future__ import annotations
 import ast
 import enum
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.nccl_names import (  # noqa: F401 - DTYPE_BYTES, is_nccl_kernel: re-exported for the converter
+    COLLECTIVE_BY_NAME,
+    DTYPE_BYTES,
+    RECV_NAMES,
+    SEND_NAMES,
+    dtype_bytes,
+    is_nccl_kernel,
+    normalise,
+)
+from xsim_trace.nccl_names import parse_kernel_name as parse_nccl_kernel
 
 
 class CommKind(enum.Enum):
@@ -51,81 +62,21 @@ class CommInfo:
         return self.in_bytes or self.out_bytes
 
 
-#: element sizes of the dtype spellings seen in Kineto args, kernel names and ET types
-DTYPE_BYTES: dict[str, int] = {}
-for _names, _size in (
-    (("float", "float32", "f32", "c10::float", "single"), 4),
-    (("double", "float64", "f64"), 8),
-    (("half", "float16", "f16", "c10::half", "__half"), 2),
-    (("bfloat16", "bf16", "c10::bfloat16", "__nv_bfloat16"), 2),
-    (("int", "int32", "i32", "int32_t", "unsigned int", "uint32", "u32", "uint32_t"), 4),
-    (("long", "long int", "int64", "i64", "int64_t", "long long", "unsigned long", "uint64", "u64", "uint64_t"), 8),
-    (("short", "short int", "int16", "i16"), 2),
-    (("char", "int8", "i8", "int8_t", "signed char", "byte", "uint8", "u8", "uint8_t", "unsigned char", "bool"), 1),
-    (("float8_e4m3fn", "float8_e5m2", "fp8", "f8e4m3", "f8e5m2", "c10::float8_e4m3fn", "c10::float8_e5m2"), 1),
-):
-    for _n in _names:
-        DTYPE_BYTES[_n] = _size
-
-
-def dtype_bytes(name: Any) -> int | None:
-    if not isinstance(name, str):
-        return None
-    key = name.strip().lower()
-    if key.startswith("torch."):
-        key = key[6:]
-    return DTYPE_BYTES.get(key)
-
-
-#: collective names (Kineto "Collective name", nccl:* op suffixes, kernel names), lower-case, no "_"
-_COLL_BY_NAME: dict[str, CollectiveType] = {
-    "allreduce": CollectiveType.ALL_REDUCE,
-    "allreducecoalesced": CollectiveType.ALL_REDUCE,
-    "reduce": CollectiveType.REDUCE,
-    "allgather": CollectiveType.ALL_GATHER,
-    "allgatherbase": CollectiveType.ALL_GATHER,
-    "allgatherintotensorcoalesced": CollectiveType.ALL_GATHER,
-    "allgathercoalesced": CollectiveType.ALL_GATHER,
-    "gather": CollectiveType.GATHER,
-    "scatter": CollectiveType.SCATTER,
-    "broadcast": CollectiveType.BROADCAST,
-    "alltoall": CollectiveType.ALL_TO_ALL,
-    "alltoallbase": CollectiveType.ALL_TO_ALL,
-    "alltoallv": CollectiveType.ALL_TO_ALL,
-    "reducescatter": CollectiveType.REDUCE_SCATTER,
-    "reducescatterbase": CollectiveType.REDUCE_SCATTER,
-    "reducescattertensorcoalesced": CollectiveType.REDUCE_SCATTER,
-    "barrier": CollectiveType.BARRIER,
-}
-_P2P = {"send": CommKind.SEND, "recv": CommKind.RECV, "isend": CommKind.SEND, "irecv": CommKind.RECV}
-
-_OLD_KERNEL = re.compile(r"^ncclKernel_(?P<coll>[A-Za-z]+)_(?P<algo>[A-Z_]+?)_(?P<proto>LL128|LL|SIMPLE)_(?P<op>[A-Za-z]+)_(?P<dtype>[A-Za-z0-9_]+?)\(")
-_NEW_KERNEL = re.compile(r"^ncclDevKernel_(?P<coll>[A-Za-z]+)(?:_(?P<op>Sum|Prod|Min|Max|PreMulSum|SumPostDiv))?(?:_(?P<dtype>[a-z0-9]+))?(?:_(?P<algo>RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|NVLS|NVLS_TREE|PAT))?(?:_(?P<proto>LL128|LL|SIMPLE))?")
-
-
-def is_nccl_kernel(name: str) -> bool:
-    return name.startswith(("ncclKernel", "ncclDevKernel", "nccl::", "ncclSendRecv")) or "nccl" in name[:24].lower()
-
-
-def normalise(name: str) -> str:
-    return re.sub(r"[^a-z]", "", name.lower())
-
-
 def coll_from_name(name: str) -> CollectiveType | CommKind | None:
-    """A collective type (or SEND / RECV) from a collective's spelled name, e.g. ``all_reduce``."""
+    """A collective type (or SEND / RECV) from a collective's spelled name, e.g. ``all_reduce``;
+    None for the SendRecv kernel (both directions at once: nothing to size or pair)."""
     key = normalise(name)
-    if key in _P2P:
-        return _P2P[key]
-    return _COLL_BY_NAME.get(key)
+    if key in SEND_NAMES:
+        return CommKind.SEND
+    if key in RECV_NAMES:
+        return CommKind.RECV
+    return COLLECTIVE_BY_NAME.get(key)
 
 
 def parse_kernel_name(name: str) -> tuple[str, str, str] | None:
     """(collective word, algorithm, dtype) from an NCCL kernel name, or None."""
-    for pattern in (_OLD_KERNEL, _NEW_KERNEL):
-        m = pattern.match(name)
-        if m:
-            return m["coll"], m["algo"] or "", m["dtype"] or ""
-    return None
+    parts = parse_nccl_kernel(name)
+    return (parts.coll, parts.algo, parts.dtype) if parts is not None else None
 
 
 def parse_ranks(value: Any) -> tuple[int, ...] | None:

@@ -136,6 +136,19 @@ def sweep_seeds() -> list[tuple[str, bytes]]:
     return [("sweep.yaml", SWEEP_SPEC), ("pipeline.yaml", PIPELINE_SPEC)]
 
 
+def nccl_tests_seeds() -> list[tuple[str, bytes]]:
+    from xsim_trace.network.nccl.kinds import CollKind
+    from xsim_trace.network.nccl.nccltests import render_log
+
+    rows = [(1 << k, 10.0 + (1 << k) / 2e4) for k in range(10, 28, 3)]
+    return [
+        ("all_reduce_perf.log", render_log(CollKind.ALL_REDUCE, rows, gpu="NVIDIA H100 80GB HBM3", nodes=2,
+                                           gpus_per_node=8).encode()),
+        ("alltoall_perf.log", render_log(CollKind.ALL_TO_ALL, rows[:4], gpu="NVIDIA A100-SXM4-80GB", nodes=1,
+                                         gpus_per_node=4, dtype="half").encode()),
+    ]
+
+
 # -- pipelines ---------------------------------------------------------------------------------------
 def _write(folder: Path, name: str, data: bytes) -> Path:
     path = folder / name
@@ -153,9 +166,12 @@ def run_kineto(folder: Path, name: str, data: bytes) -> None:
     sources = resolve_inputs(path)
     conv = convert_kineto(read_ranks(sources))
     write_rank_set(str(folder / "out"), conv.traces, conv.comm_groups)
+    from xsim_trace.validate.measured import measure_capture
+
     read_header(sources[0])
     for _ in iter_events(sources[0]):
         pass
+    measure_capture(sources[0])
 
 
 def run_pytorch_et(folder: Path, name: str, data: bytes) -> None:
@@ -222,6 +238,12 @@ def run_sweep(folder: Path, name: str, data: bytes) -> None:
         assert "where" not in record, f"the run failed with an unexpected error: {record}"
 
 
+def run_nccl_tests(folder: Path, name: str, data: bytes) -> None:
+    from xsim_trace.network.nccl.nccltests import parse_nccl_tests
+
+    parse_nccl_tests(_write(folder, name, data))
+
+
 TARGETS = {
     "et": Target("et", "et", et_seeds, run_et),
     "kineto": Target("kineto", "json", kineto_seeds, run_kineto),
@@ -230,4 +252,5 @@ TARGETS = {
     "cluster": Target("cluster", "yaml", cluster_seeds, run_cluster),
     "plan": Target("plan", "yaml", plan_seeds, run_plan),
     "sweep": Target("sweep", "yaml", sweep_seeds, run_sweep),
+    "nccl_tests": Target("nccl_tests", "text", nccl_tests_seeds, run_nccl_tests),
 }

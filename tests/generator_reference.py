@@ -144,7 +144,7 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
                 duration_ns=timer.links.p2p_ns(act_bytes, timer.links.spans_nodes((rank, peer))),
             )
     # -- DP gradient buckets -------------------------------------------------------------------
-    dense, expert = program.stage_params(stage)
+    dense, expert = program.stage_trainable_params(stage)
     dp_members = lay.dp_group(rank)
     nb = _buckets(dense + expert, fw)
     coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
@@ -233,6 +233,8 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
             A.META_WORLD_SIZE: fw.world_size,
             A.META_SOURCE: SOURCE,
             A.META_DEVICE: dev.name,
+            A.META_SEQ_LEN: model.seq_len,
+            A.META_MICRO_BATCH: fw.micro_batch,
         }
     )
     return Trace(metadata=meta, nodes=tuple(b.nodes), rank=rank)

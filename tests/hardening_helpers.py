@@ -10,16 +10,16 @@ from xsim_trace.graph.model import Attr, Node, Trace, make_metadata, make_node
 from xsim_trace.io import write_rank_set
 
 
-def allreduce_traces(**override) -> dict[int, Trace]:
+def allreduce_traces(on_ranks: tuple[int, ...] = (0,), **override) -> dict[int, Trace]:
     """Rank 0 and 1: a compute node, then a 1 MiB all-reduce on stream 7.  ``override`` replaces
-    node fields (``id``, ``duration_micros``) or attributes (name -> (AttrKind, value)) of rank 0's
-    collective."""
+    node fields (``id``, ``duration_micros``) or attributes (name -> (AttrKind, value)) of the
+    collective of the ranks ``on_ranks``."""
     traces = {}
     for rank in (0, 1):
         comp = make_node(1, "gemm", NodeType.COMP, duration_micros=10)
         coll = make_node(2, "allreduce", NodeType.COMM_COLL, data_deps=[1], comm_type=int(CollectiveType.ALL_REDUCE),
                          comm_size=1 << 20, stream=7)
-        if rank == 0 and override:
+        if rank in on_ranks and override:
             coll = _override(coll, override)
         traces[rank] = Trace(make_metadata(), (comp, coll), rank=rank)
     return traces

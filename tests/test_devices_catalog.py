@@ -152,3 +152,35 @@ def test_tp_scaling():
 )
 def test_classify(name, kc):
     assert classify_kernel(name) is kc
+
+
+@pytest.mark.parametrize(
+    "alias, canonical, fp16_tflops, hbm_GiB, hbm_bw_GBps, pcie_GBps",
+    [
+        ("RTX-2080", "RTX-2080", 40.3, 8, 448, 15.75),
+        ("GeForce RTX 2080 Ti", "RTX-2080-Ti", 53.8, 11, 616, 15.75),
+        ("RTX-3090", "RTX-3090", 71.0, 24, 936, 31.5),
+        ("3080Ti", "RTX-3080-Ti", 68.2, 12, 912, 31.5),
+        ("RTX 4090", "RTX-4090", 165.2, 24, 1008, 31.5),
+        ("Titan-RTX", "Titan-RTX", 130.0, 24, 672, 15.75),
+        ("Tesla T4", "T4", 65.0, 16, 320, 15.75),
+        ("V100-16GB", "V100-SXM2-16GB", 125.0, 16, 900, 15.75),
+        ("V100-PCIe", "V100-PCIE-16GB", 112.0, 16, 900, 15.75),
+        ("A100-PCIe-40G", "A100-PCIE-40GB", 312.0, 40, 1555, 31.5),
+        ("GH-96", "GH200-96GB", 990.0, 96, 4000, 450),
+    ],
+)
+def test_issue17_devices(alias, canonical, fp16_tflops, hbm_GiB, hbm_bw_GBps, pcie_GBps):
+    """Consumer, inference and Grace Hopper parts of the heterogeneous reference runs: spec-sheet values
+    (GeForce: the fp32-accumulate tensor rate), memory, bandwidth and the host link."""
+    d = get_device(alias)
+    assert d.name == canonical
+    assert d.peak_flops("fp16") == pytest.approx(fp16_tflops * 1e12)
+    assert d.hbm_GiB == hbm_GiB and d.hbm_bw_GBps == hbm_bw_GBps and d.pcie_GBps == pcie_GBps
+
+
+def test_issue17_links_and_precisions():
+    assert get_device("T4").nvlink_bidir_GBps == 0 and get_device("RTX-4090").nvlink_bidir_GBps == 0
+    assert get_device("V100-16GB").nvlink_unidir_GBps == 150
+    assert get_device("Titan-RTX").peak_flops("bf16") == pytest.approx(130e12)  # Turing: bf16 falls back to fp16
+    assert get_device("RTX-4090").peak_flops("fp8") == pytest.approx(330.3e12)

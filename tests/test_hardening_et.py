@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hardening_helpers import ET_CRASHES, P2P_CRASHES, allreduce_traces, write_allreduce, write_p2p
+from xsim_trace.graph.kinds import AttrKind
 from xsim_trace.cli.main import main
 from xsim_trace.errors import GraphError
 from xsim_trace.graph.bounds import check_bounds
@@ -86,11 +87,23 @@ def test_output_errors_are_one_line(tmp_path, capsys):
     blocker.write_text("x")
     prefix = write_allreduce(tmp_path)
     args = ["-q", "replay", prefix, "--cluster", "dgx-h100:1", "--no-plot", "--no-timeline", "--out"]
-    assert main([*args, str(blocker)]) == 2
-    assert "exists and is not a folder" in capsys.readouterr().err
     (tmp_path / "o" / "summary.json").mkdir(parents=True)
-    assert main([*args, str(tmp_path / "o")]) == 2
-    assert "a folder has this name" in capsys.readouterr().err
+    for out in (blocker, tmp_path / "o"):
+        assert main([*args, str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("xsim: error: file ") and "Traceback" not in err[0], err
+
+
+def test_atomic_write_errors_are_output_errors(tmp_path):
+    from xsim_trace.errors import OutputError
+    from xsim_trace.io import atomic_write
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    for target in (tmp_path / "file" / "a.json", tmp_path / "dir"):
+        with pytest.raises(OutputError):
+            with atomic_write(target) as handle:
+                handle.write("{}")
 
 
 @pytest.mark.parametrize("columnar", [True, False])
@@ -115,3 +128,40 @@ def test_columns_of_the_bundled_sample_are_in_bounds():
     if cols is None:
         pytest.skip("the numba column decoder is not available")
     assert columns_in_bounds(cols)
+
+
+def test_dangling_dependency_error_names_the_flag(tmp_path):
+    from dataclasses import replace
+
+    from xsim_trace.replay.compile import compile_workload
+
+    traces = allreduce_traces()
+    node = traces[0].nodes[1]
+    traces[0] = replace(traces[0], nodes=(traces[0].nodes[0], replace(node, data_deps=(99,))))
+    with pytest.raises(GraphError, match="--drop-missing-deps"):
+        compile_workload(traces, {"0": (0, 1)})
+
+
+def test_ns3_missing_message_says_it_once(monkeypatch):
+    from xsim_trace.errors import BackendError
+    from xsim_trace.network import ns3_backend
+
+    monkeypatch.setattr(ns3_backend, "ns3_unusable_reason", lambda: ns3_backend.NOT_INSTALLED)
+    with pytest.raises(BackendError) as info:
+        ns3_backend.Ns3Backend(None)
+    assert str(info.value).count("pip install") == 1
+
+
+@pytest.mark.parametrize("override,words", [
+    ({"comm_root": (AttrKind.INT64, 5), "comm_type": (AttrKind.INT64, 5)}, "comm_root 5 is not a member"),
+    ({"ring_order": (AttrKind.INT64_LIST, [0, 3])}, "is not an ordering"),
+])
+def test_check_reports_roles_replay_refuses(override, words, tmp_path, capsys):
+    from xsim_trace.io import write_rank_set
+
+    prefix = str(tmp_path / "run")
+    write_rank_set(prefix, allreduce_traces(on_ranks=(0, 1), **override), {})
+    assert main(["-q", "trace", "check", prefix]) == 1
+    assert words in capsys.readouterr().out
+    assert _replay(prefix, tmp_path) == 2
+    assert words in capsys.readouterr().err

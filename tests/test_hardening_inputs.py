@@ -146,3 +146,19 @@ def test_non_utf8_config_files_are_one_line_errors(flag, tmp_path, capsys):
     assert main(["-q", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not UTF-8" in err[0] and str(bad) in err[0], err
+
+
+def test_named_threads_convert_the_same_in_every_process(tmp_path):
+    import subprocess
+    import sys
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": "worker thread", "ts": 20, "dur": 5}]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(_kineto(events)))
+    digests = set()
+    for seed in ("1", "2"):
+        out = tmp_path / f"out{seed}"
+        subprocess.run([sys.executable, "-m", "xsim_trace.cli.main", "-q", "convert", "kineto", str(path), "-o",
+                        str(out / "run")], check=True, env={**__import__("os").environ, "PYTHONHASHSEED": seed})
+        digests.add((out / "run.0.et").read_bytes())
+    assert len(digests) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from network_helpers import SMALL_FAT_TREE, drive, random_flows
-from xsim_trace.cluster import astra_GBps, cluster_from_dict, single_switch
+from xsim_trace.cluster import astra_GBps, cluster_from_dict, load_cluster, single_switch
 from xsim_trace.errors import BackendError
 from xsim_trace.network import (
     NetworkBackend,
@@ -134,7 +134,7 @@ def test_same_rank_and_empty_flows(name, star4):
 @pytest.mark.parametrize("name", BUILTIN)
 @pytest.mark.parametrize("cluster", ["dgx-h100:2", "mixed-h100-a100:1,2", "fat-tree"])
 def test_deterministic_and_insensitive_to_extra_queries(name, cluster):
-    topo = build_topology(cluster_from_dict(SMALL_FAT_TREE) if cluster == "fat-tree" else cluster)
+    topo = build_topology(cluster_from_dict(SMALL_FAT_TREE) if cluster == "fat-tree" else load_cluster(cluster))
     flows = random_flows(topo.num_ranks, 300, seed=3)
     a = drive(make_backend(name, topo), flows)
     b = drive(make_backend(name, topo), flows)
@@ -144,7 +144,7 @@ def test_deterministic_and_insensitive_to_extra_queries(name, cluster):
 
 
 def test_flow_never_beats_its_uncontended_time():
-    topo = build_topology("dgx-h100:4")
+    topo = build_topology(load_cluster("dgx-h100:4"))
     flows = random_flows(topo.num_ranks, 400, seed=5)
     fl = drive(make_backend("flow", topo), flows)
     alone = make_backend("analytical", topo, rounding="ceil")
@@ -218,7 +218,7 @@ def test_1024_rank_ring_step_by_hand():
     # dgx-h100:128: rank r -> r+1 with 64 KiB.  Inside a node: GPU -> NVSwitch -> GPU (450 GB/s, 250 ns
     # per hop).  Across nodes: GPU -> NIC (50 GB/s, 1 us) -> leaf (500 ns) [-> spine -> leaf when the
     # next node is on another leaf: 4 nodes = 32 NICs per leaf] -> NIC -> GPU; no two flows share a link.
-    topo = build_topology("dgx-h100:128")
+    topo = build_topology(load_cluster("dgx-h100:128"))
     n, size = 1024, 65536
     flows = [(0, Flow(r, r, (r + 1) % n, size)) for r in range(n)]
 

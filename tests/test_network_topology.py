@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xsim_trace.cluster import cluster_from_dict, single_switch
+from xsim_trace.cluster import cluster_from_dict, load_cluster, single_switch
 from xsim_trace.errors import ConfigError
 from xsim_trace.network import build_topology
 from network_helpers import SMALL_FAT_TREE as FT  # noqa: E402
@@ -25,7 +25,7 @@ def test_single_switch_shape():
 
 
 def test_dgx_h100_routes():
-    t = build_topology("dgx-h100:2")
+    t = build_topology(load_cluster("dgx-h100:2"))
     assert kinds(t, 0, 7) == ["nvlink", "nvlink"]
     # across nodes: GPU -> its NIC -> leaf -> peer NIC -> GPU, on the GPU's rail
     assert t.route_vertices(3, 11) == [3, "h100.n0.nic3", "h100.leaf0", "h100.n1.nic3", 11]
@@ -60,7 +60,7 @@ def test_rail_only_crosses_nvlink_first():
 
 
 def test_groups_joined_by_a_wan_link():
-    t = build_topology("mixed-h100-a100:1,1")
+    t = build_topology(load_cluster("mixed-h100-a100:1,1"))
     v = t.route_vertices(0, 8)
     assert v[:3] == [0, "h100.n0.nic0", "h100.leaf0"]
     assert "h100.border" in v and "a100.border" in v and v[-1] == 8
@@ -71,7 +71,7 @@ def test_groups_joined_by_a_wan_link():
 
 
 def test_mesh_routes_fewest_hops_then_widest():
-    t = build_topology("v100-dgx1")
+    t = build_topology(load_cluster("v100-dgx1"))
     assert t.route_vertices(0, 3) == [0, 3] and t.path_bottleneck_GBps(0, 3) == 50.0
     assert t.route_vertices(0, 1) == [0, 1] and t.path_bottleneck_GBps(0, 1) == 25.0
     assert t.route_vertices(0, 7) == [0, 4, 7]  # via 4 (2 lanes + 2 lanes) beats via 3 (2 + 1)
@@ -83,8 +83,8 @@ def test_mesh_routes_fewest_hops_then_widest():
 
 
 def test_topology_is_deterministic_and_exposed():
-    a = build_topology("dgx-h100:4")
-    b = build_topology("dgx-h100:4")
+    a = build_topology(load_cluster("dgx-h100:4"))
+    b = build_topology(load_cluster("dgx-h100:4"))
     assert a.vertices == b.vertices and a.links == b.links
     assert a.vertices[:32] == list(range(32))
     for ln in a.links:
@@ -96,7 +96,7 @@ def test_topology_is_deterministic_and_exposed():
 
 
 def test_1024_rank_routes_are_cheap():
-    t = build_topology("dgx-h100:128")
+    t = build_topology(load_cluster("dgx-h100:128"))
     assert t.num_ranks == 1024
     hops = {len(t.route(r, (r + 8) % 1024)) for r in range(1024)}
     assert hops <= {4, 6}

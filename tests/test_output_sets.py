@@ -96,9 +96,9 @@ def test_replay_reports_are_one_set(tmp_path):
     from xsim_trace.cli.main import main
 
     out = tmp_path / "out"
-    assert main(["-q", "replay", str(SAMPLE), "--cluster", "dgx-h100:1", "--out", str(out)]) == 0
+    assert main(["-q", "replay", str(SAMPLE), "--cluster", "v100-dgx1:1", "--out", str(out)]) == 0
     assert sorted(fingerprint(out, REPORT_FILES.__contains__)) == ["breakdown.png", "summary.json", "timeline.json"]
-    assert main(["-q", "replay", str(SAMPLE), "--cluster", "dgx-h100:1", "--no-plot", "--out", str(out)]) == 0
+    assert main(["-q", "replay", str(SAMPLE), "--cluster", "v100-dgx1:1", "--no-plot", "--out", str(out)]) == 0
     assert sorted(fingerprint(out, REPORT_FILES.__contains__)) == ["summary.json", "timeline.json"]  # no stale chart
 
 
@@ -118,8 +118,9 @@ def _cases(base: Path) -> dict[str, tuple]:
                            "--gbs", "16", "--out", p),
                      _xsim("generate", "--model", "llama2-7b", "--tp", "2", "--pp", "2", "--dp", "2", "--layers", "8",
                            "--gbs", "16", "--out", p), base, member),
-        "replay": (_xsim("replay", str(SAMPLE), "--cluster", "dgx-h100:1", "--out", str(base / "r")),
-                   _xsim("replay", str(SAMPLE), "--cluster", "dgx-a100:1", "--no-plot", "--out", str(base / "r")),
+        "replay": (_xsim("replay", str(SAMPLE), "--cluster", "v100-dgx1:1", "--out", str(base / "r")),
+                   _xsim("replay", str(SAMPLE), "--cluster", "v100-dgx1:1", "--backend", "analytical-ca", "--no-plot",
+                         "--out", str(base / "r")),
                    base / "r", REPORT_FILES.__contains__),
     }
 

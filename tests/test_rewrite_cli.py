@@ -81,3 +81,36 @@ def test_bad_plan_is_one_line_exit_2(tmp_path, capsys):
     assert main(["rewrite", "nonsense", "--plan", str(good), "--out", str(tmp_path / "o")]) == 2
     assert "neither a trace nor 'model'" in capsys.readouterr().err
     assert not list(tmp_path.glob("o*"))  # nothing half-written
+
+
+def test_plan_compare_marks_an_infeasible_row_and_goes_on(tmp_path, capsys):
+    # Llama-2-7B at TP 1: 31 layers do not fit in the H100's 80 GB (16 B/param of state), 16/16 does
+    plan = _plan_file(tmp_path, model={"preset": "llama2-7b", "seq_len": 512},
+                      pipelines=[{"stages": [{"group": "h100", "tp": 1, "layers": [0, 31]},
+                                             {"group": "a100", "tp": 1, "layers": [31, 32]}]}], micro_batches=2)
+    assert main(["plan", "compare", str(plan), "--partition", "given,uniform", "--quick"]) == 0
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
+    given = next(x for x in lines if " given " in x)
+    uniform = next(x for x in lines if " uniform " in x)
+    assert "infeasible" in given and "infeasible" not in uniform and "16/16" in uniform
+    assert any(x.startswith("infeasible:") and "memory exceeded" in x for x in lines)
+    # not a terminal: one progress line per row on stderr
+    progress = [x for x in cap.err.splitlines() if x.startswith("plan compare [")]
+    assert len(progress) == 2 and "infeasible" in progress[0] and progress[1].endswith(" ms")
+
+
+def test_rewrite_refuses_a_trace_made_for_another_sequence_length(tmp_path, capsys):
+    gen = tmp_path / "gen" / "tiny"
+    assert main(["generate", "--model", "gpt3-1.3b", "--layers", "4", "--seq-len", "256", "--tp", "2",
+                 "--device", "A100-SXM4-80GB", "--out", str(gen)]) == 0
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(plan_dict(model={"preset": "gpt3-1.3b", "num_layers": 4, "seq_len": 512})))
+    out = tmp_path / "rw" / "x"
+    capsys.readouterr()
+    assert main(["rewrite", str(gen), "--tp", "2", "--plan", str(plan), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the trace was made for seq_len 256, the plan's model.seq_len is 512" in err and len(err.splitlines()) == 1
+    assert not out.parent.exists()
+    assert main(["rewrite", str(gen), "--tp", "2", "--plan", str(plan), "--out", str(out), "--device", "H100"]) == 2
+    assert main(["rewrite", str(gen), "--tp", "2", "--plan", str(plan), "--out", str(out), "--allow-mismatch"]) == 0

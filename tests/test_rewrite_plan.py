@@ -127,6 +127,75 @@ def test_wrong_type_for_a_mapping_field_is_one_line(tmp_path):
     from xsim_trace.rewrite.plan import load_plan
 
     p = tmp_path / "p.yaml"
-    p.write_text("model: llama2-7b\npipelines: 3\n")
-    with pytest.raises(ConfigError, match=r"p\.yaml, field model: expected Mapping, found 'llama2-7b'"):
+    p.write_text("model: 7\npipelines: 3\n")
+    with pytest.raises(ConfigError, match=r"p\.yaml, field model: expected Mapping/str, found 7"):
         load_plan(p)
+
+
+@pytest.mark.parametrize("where, key, path, hint", [
+    ("stage", "layer", r"pipelines\[0\]\.stages\[1\]\.layer", "did you mean 'layers'"),
+    ("pipeline", "replica", r"pipelines\[0\]\.replica", "did you mean 'replicas'"),
+    ("group", "nic_gpbs", r"device_groups\[0\]\.nic_gpbs", "did you mean 'nic_gbps'"),
+    ("model", "seqlen", r"model\.seqlen", "did you mean 'seq_len'"),
+    ("top", "micro_batch", r"micro_batch", "did you mean 'micro_batches'"),
+])
+def test_unknown_keys_anywhere_name_their_path_and_the_closest_key(where, key, path, hint):
+    d = plan_dict()
+    target = {"stage": d["pipelines"][0]["stages"][1], "pipeline": d["pipelines"][0], "group": d["device_groups"][0],
+              "model": d["model"], "top": d}[where]
+    target[key] = target.get("layers", 1) if where == "stage" else 1
+    if where == "stage":
+        del target["layers"]  # a misspelled `layer:` must not silently switch to auto partition
+    with pytest.raises(ConfigError, match=rf"field {path}: unknown field '{key}' \({hint}"):
+        plan_from_mapping(d)
+
+
+def test_model_takes_a_preset_name():
+    d = plan_dict(model="llama2-7b", pipelines=[{"stages": [{"group": "h100", "tp": 8}, {"group": "a100", "tp": 8}]}],
+                  partition="auto")
+    plan = plan_from_mapping(d)
+    assert plan.model.num_layers == 32 and plan.model.hidden == 4096
+
+
+def test_pipeline_micro_batches_are_each_replicas_share_of_the_global_batch():
+    from rewrite_helpers import fixed_template
+    from xsim_trace.rewrite.rewriter import rewrite
+
+    d = plan_dict(global_batch=6)
+    d.pop("micro_batches")
+    d["pipelines"] = [{"micro_batches": 4, "stages": [{"group": "h100", "tp": 2, "layers": [0, 4]}]},
+                      {"micro_batches": 2, "stages": [{"group": "a100", "tp": 2, "layers": [0, 4]}]}]
+    plan = plan_from_mapping(d)
+    assert [plan.micro_batches_of(i) for i in range(2)] == [4, 2] and plan.total_micro_batches == 6
+    res = rewrite(plan, fixed_template())
+    mbs = {r.pipeline: {n.attr("microbatch") for n in res.traces[r.rank].nodes if n.attr("microbatch") is not None}
+           for r in res.layout.ranks}
+    assert mbs == {0: {0, 1, 2, 3}, 1: {0, 1}}
+    with pytest.raises(ConfigError, match=r"field global_batch: global_batch 8 != micro-batches \(4 \+ 2\)"):
+        plan_from_mapping(dict(d, global_batch=8))
+
+
+def test_auto_partition_evaluates_the_slowest_stage_h100x8_tp8_to_a100x1_tp1():
+    # rounding the throughput-proportional ideal (30.3 / 1.7) gives 30/2, which leaves the single
+    # A100 (plus the output head) the bottleneck; evaluating the stages picks 31/1, and the replay agrees
+    from xsim_trace.rewrite.compare import evaluate
+    from xsim_trace.rewrite.partitioning import resolve_partition
+    from xsim_trace.rewrite.templates import templates_from_model
+
+    d = plan_dict(model={"preset": "llama2-7b", "seq_len": 2048}, micro_batches=8, partition="auto",
+                  device_groups=[{"name": "h100", "device": "H100-SXM5-80GB", "count": 8},
+                                 {"name": "a100", "device": "A100-SXM4-80GB", "count": 1}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": 8}, {"group": "a100", "tp": 1}]}])
+    plan = plan_from_mapping(d)
+    tm = templates_from_model(plan.model, "H100-SXM5-80GB", 1)  # what `xsim plan compare` uses
+    resolved, (report,) = resolve_partition(plan, tm)
+    assert report.counts == (31, 1) and report.rounded == (30, 2)
+    assert report.estimate_ns < report.rounded_estimate_ns
+    assert any("evaluation picks 31/1" in line for line in report.lines())
+    times = {}
+    for split in (30, 31):
+        given = dict(d, partition="given")
+        given["pipelines"] = [{"stages": [{"group": "h100", "tp": 8, "layers": [0, split]},
+                                          {"group": "a100", "tp": 1, "layers": [split, 32]}]}]
+        times[split] = evaluate(plan_from_mapping(given), tm)[2]
+    assert times[31] < times[30]

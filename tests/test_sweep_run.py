@@ -184,3 +184,13 @@ def test_plan_runner_sweeps_bundled_plans_and_reshard_strategies(tmp_path):
     assert by["direct"]["ranks"] == by["leader"]["ranks"] == 24
     # leader-based resharding gathers then scatters: more reshard time than direct multi-flow here
     assert by["leader"]["reshard_ns"] > by["direct"]["reshard_ns"] > 0
+
+
+def test_plot_labels_skip_absent_parameters_and_time_axis_has_units():
+    from xsim_trace.sweep.summary import _axis, _label
+
+    assert _label({"key": "k1", "params": {"a": 1}}, ["a", "chunks"]) == "a=1"  # no empty "chunks="
+    assert _label({"key": "k1", "params": {}}, ["chunks"]) == "k1"
+    assert _axis("iteration_ns", [3.2e7, 1e6]) == (1e6, "iteration (ms)")
+    assert _axis("iteration_ns", [800.0]) == (1.0, "iteration (ns)")
+    assert _axis("mfu", [0.4]) == (1.0, "mfu")

@@ -47,6 +47,7 @@ def _run(spec: str, cluster: str, step=None, skew: bool = True):
     from converters.kineto import convert_kineto, read_ranks
     from xsim_trace.io.sources import resolve_inputs
 
+    from xsim_trace.cluster import load_cluster
     from xsim_trace.validate.pipeline import validate_captures
 
     kts = read_ranks(resolve_inputs(spec))
@@ -55,7 +56,7 @@ def _run(spec: str, cluster: str, step=None, skew: bool = True):
         conv = convert_kineto(kts, step=number)
         return conv.traces, conv.comm_groups
 
-    v, _ = validate_captures(spec, cluster, convert, step=step, skew=skew, alltoall_order=alltoall_schedule)
+    v, _ = validate_captures(spec, load_cluster(cluster), convert, step=step, skew=skew, alltoall_order=alltoall_schedule)
     return v
 
 

@@ -216,12 +216,7 @@ def test_host_launch_nodes_and_replay_with_host_overhead():
     gpu = [n for n in wl.traces[0].nodes if n.type == NodeType.COMP and not n.is_cpu_op]
     assert cpu and all(n.duration_ns in (25_000, 50_000) or n.name.startswith("launch_") for n in cpu)
     cluster = load_cluster("dgx-h100:1")
-    # the estimate prices collectives with the generator's alpha-beta LinkModel; compared here with the
-    # replay's schedule walk over the preset.  The replay's default NCCL model prices the 4 MiB TP
-    # collectives at 17.5 us against the LinkModel's 14.4 us: 13.92 ms against 12.52 ms (+11 %).
-    settings = replay_mod.ReplaySettings(collective_model="schedule")
-    res = replay_mod.replay(wl.traces, make_backend("analytical", build_topology(cluster)), settings,
-                            comm_groups=wl.comm_groups, cluster=cluster)
+    res = replay_mod.replay(wl.traces, make_backend("analytical", build_topology(cluster)), comm_groups=wl.comm_groups, cluster=cluster)
     est = estimate(program, timer)
     assert res.iteration_ns == pytest.approx(est.step_ns, rel=0.10)
     base = estimate(*setup(small_llama(), FW))

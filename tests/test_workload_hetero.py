@@ -150,8 +150,15 @@ def test_cli_generate_replay_and_summary(tmp_path, capsys):
     assert [names[placed["rank_map"][r][0]] for r in (0, 3, 4, 11, 12, 16)] == ["h100", "h100", "a100", "a100", "h100", "a100"]
     assert main(["trace", "check", str(out)]) == 0
     capsys.readouterr()
-    for cluster, d in ((f"{out}.cluster.yaml", "r1"), ("mixed-h100-a100", "r2")):
-        assert main(["replay", str(out), "--cluster", cluster, "--out", str(tmp_path / d), "--no-plot", "--no-timeline"]) == 0
+    # the stock preset numbers its groups h100 first, so A100-stage ranks would land on H100s: refused
+    # (naming both devices) unless --retarget; the placed cluster file puts every rank on its own device
+    assert main(["replay", str(out), "--cluster", "mixed-h100-a100", "--out", str(tmp_path / "r0"), "--no-plot",
+                 "--no-timeline"]) == 2
+    err = capsys.readouterr().err
+    assert "captured on A100-SXM4-80GB" in err and "H100-SXM5-80GB" in err
+    for cluster, d, extra in ((f"{out}.cluster.yaml", "r1", []), ("mixed-h100-a100", "r2", ["--retarget"])):
+        assert main(["replay", str(out), "--cluster", cluster, "--out", str(tmp_path / d), "--no-plot", "--no-timeline",
+                     *extra]) == 0
         rep = json.loads((tmp_path / d / "summary.json").read_text())
         assert rep["iteration_ns"] > 0
     assert "iteration time:" in capsys.readouterr().out

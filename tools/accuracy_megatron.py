@@ -61,7 +61,7 @@ SYSTEMS = {
 #: ``sc21``) use the lts_dgx_a100 per-call value, not fitted on them (they are GPU bound).
 CALIBRATION: dict[str, dict[str, float]] = {
     "dev_dgx_a100": {"host_module_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 0.3},
-    "lts_dgx_a100": {"host_module_ns": 260_000, "moe_factor": 2.0, "attention_core_factor": 0.85},
+    "lts_dgx_a100": {"host_module_ns": 260_000, "moe_factor": 2.0, "attention_core_factor": 1.0},
     "dev_dgx_h100": {"host_module_ns": 250_000, "moe_factor": 1.6, "attention_core_factor": 0.3},
     "sc21": {},  # the megatron-core family's defaults (host cost is negligible there)
 }

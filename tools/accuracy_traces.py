@@ -25,6 +25,7 @@ from converters.crossrank import alltoall_schedule  # noqa: E402
 from converters.kineto import convert_kineto, read_ranks  # noqa: E402
 from xsim_trace.io.sources import resolve_inputs  # noqa: E402
 
+from xsim_trace.cluster import load_cluster  # noqa: E402
 from xsim_trace.errors import XsimError  # noqa: E402
 from xsim_trace.io import atomic_write  # noqa: E402
 from xsim_trace.replay.settings import ReplaySettings  # noqa: E402
@@ -49,7 +50,7 @@ def run_case(spec: str, cluster: str, step, backend: str, skew: bool = True, col
         conv = convert_kineto(kts, step=number)
         return conv.traces, conv.comm_groups
 
-    v, _ = validate_captures(spec, cluster, convert, backend=backend, step=step, skew=skew,
+    v, _ = validate_captures(spec, load_cluster(cluster), convert, backend=backend, step=step, skew=skew,
                              alltoall_order=alltoall_schedule, settings=ReplaySettings(collective_model=collective_model))
     return v
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from xsim_trace.cluster import load_cluster  # noqa: E402
 from xsim_trace.network import available_backends, build_topology, make_backend  # noqa: E402
 from xsim_trace.network.protocol import Flow  # noqa: E402
 
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bytes", type=int, default=64 << 20, help="all-reduce size (ring chunk = bytes / ranks)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    topo = build_topology(args.cluster)
+    topo = build_topology(load_cluster(args.cluster))
     build_s = time.perf_counter() - t0
     n = topo.num_ranks
     print(f"{topo}  (built in {build_s * 1e3:.1f} ms)")

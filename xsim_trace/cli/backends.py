@@ -8,7 +8,7 @@ import sys
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.sweep.backends import available_backends
-from xsim_trace.sweep.micro import MICRO_CASES, compare_backends, ideal_ns
+from xsim_trace.sweep.micro import CLUSTER_CASES, DEFAULT_CASE_CLUSTER, MICRO_CASES, compare_backends, ideal_ns
 
 
 def _size(text: str) -> int:
@@ -33,8 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "compare",
         help="run one micro workload on every backend; simulated times and wall-clock cost",
-        description="Cases (all flows SIZE bytes, starting together, one switch): single = 0->1; ring = i->i+1; "
-        "incast = 1..n-1 -> 0; shared = 0 -> 1..n-1.",
+        description="Cases on one switch (all flows SIZE bytes, starting together): single = 0->1; ring = i->i+1; "
+        "incast = 1..n-1 -> 0; shared = 0 -> 1..n-1.  Cases on --cluster (default " + DEFAULT_CASE_CLUSTER + "), "
+        "SIZE bytes in all: reshard = every GPU of node 0 -> GPU 0 of node 1 (TP8 -> TP1); p2p = one cross-node "
+        "send; collective = a ring all-reduce over every rank.",
     )
     c.add_argument("case", nargs="?", default="single", choices=MICRO_CASES)
     c.add_argument("--ranks", type=int, default=4, help="ranks on the switch (default 4)")
@@ -44,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                    help="backend to run (repeatable; default: all available)")
     c.add_argument("--trace", metavar="PREFIX", help="replay this rank set on each backend instead of a micro case")
-    c.add_argument("--cluster", metavar="FILE_OR_PRESET", help="cluster for --trace (file or preset, e.g. dgx-h100:2)")
+    c.add_argument("--cluster", metavar="FILE_OR_PRESET",
+                   help=f"cluster for --trace and the cluster cases (file or preset; default {DEFAULT_CASE_CLUSTER})")
     c.add_argument("--drop-missing-deps", action="store_true", help="with --trace: drop dangling dependencies")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=_compare)
@@ -61,7 +64,9 @@ def _compare_trace(args: argparse.Namespace, names: list[str]) -> int:
 
     if not args.cluster:
         raise ConfigError("--trace needs --cluster FILE_OR_PRESET", field="--cluster")
-    runs = compare_replay(args.trace, args.cluster, names, drop_missing_deps=args.drop_missing_deps)
+    from xsim_trace.cluster import load_cluster  # noqa: PLC0415
+
+    runs = compare_replay(args.trace, load_cluster(args.cluster), names, drop_missing_deps=args.drop_missing_deps)
     if args.json:
         json.dump({"trace": args.trace, "cluster": args.cluster, "runs": [r.as_dict() for r in runs]},
                   sys.stdout, indent=1)
@@ -81,12 +86,38 @@ def _compare_trace(args: argparse.Namespace, names: list[str]) -> int:
     return 0 if all(r.error is None for r in runs) else 1
 
 
+def _compare_cluster_case(args: argparse.Namespace, names: list[str]) -> int:
+    from xsim_trace.cluster import load_cluster  # noqa: PLC0415
+
+    cluster = load_cluster(args.cluster or DEFAULT_CASE_CLUSTER)
+    cmp = compare_backends(names, args.case, cmp_ranks := cluster.num_ranks, args.size, 0.0, 0, cluster=cluster)
+    if args.json:
+        json.dump({"case": cmp.case, "cluster": cluster.name, "ranks": cmp_ranks, "size_bytes": cmp.size_bytes,
+                   "runs": [r.as_dict() for r in cmp.runs]}, sys.stdout, indent=1)
+        print()
+        return 0 if all(r.error is None for r in cmp.runs) else 1
+    ref = cmp.reference()
+    print(f"case {cmp.case} on {cluster.name} ({cmp_ranks} ranks), {cmp.size_bytes} B")
+    print(f"{'backend':<14} {'flows':>5} {'last finish ns':>15} {'vs ' + (ref.backend if ref else '-'):>16} "
+          f"{'setup s':>8} {'run s':>9} {'us/flow':>9}")
+    for r in cmp.runs:
+        if r.error:
+            print(f"{r.backend:<14} error: {r.error}")
+            continue
+        rel = (r.makespan_ns - ref.makespan_ns) / ref.makespan_ns * 100 if ref and ref.makespan_ns else 0.0
+        print(f"{r.backend:<14} {r.flows:>5} {r.makespan_ns:>15} {rel:>+15.2f}% {r.setup_s:>8.3f} {r.run_s:>9.4f} "
+              f"{r.wall_per_flow_s * 1e6:>9.1f}")
+    return 0 if all(r.error is None for r in cmp.runs) else 1
+
+
 def _compare(args: argparse.Namespace) -> int:
     names = args.backends or available_backends()
     if not names:
         raise ConfigError("no network backend is available", field="--backend")
     if args.trace:
         return _compare_trace(args, names)
+    if args.case in CLUSTER_CASES:
+        return _compare_cluster_case(args, names)
     if args.ranks < 2:
         raise ConfigError(f"expected at least 2 ranks, found {args.ranks}", field="--ranks")
     cmp = compare_backends(names, args.case, args.ranks, args.size, args.bw_GBps, args.latency_ns)

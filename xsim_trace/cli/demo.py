@@ -167,7 +167,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from xsim_trace.validate.compare import format_table
         from xsim_trace.validate.pipeline import validate_captures
 
-        v, _ = validate_captures(str(capture[0]), spec, lambda _step: (conversion.traces, conversion.comm_groups),
+        v, _ = validate_captures(str(capture[0]), cluster, lambda _step: (conversion.traces, conversion.comm_groups),
                                  backend=backend.name, alltoall_order=alltoall_schedule)
         print("\nsimulated vs measured, rank by rank (each rank starts at its measured step-start offset; "
               "`xsim validate` does this for any capture):")

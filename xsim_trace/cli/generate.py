@@ -65,6 +65,9 @@ def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--overlap-param-gather", action="store_true")
     g.add_argument("--seq-len", type=int, default=0, help="override the model's sequence length")
     g.add_argument("--layers", type=int, default=0, help="override the model's layer count")
+    g.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank on the linear layers, base frozen")
+    g.add_argument("--moe-imbalance", type=float, default=1.0,
+                   help="MoE routing imbalance: busiest EP rank's tokens / balanced share (default 1)")
     s = p.add_argument_group("system")
     s.add_argument("--device", default="H100")
     s.add_argument("--device-file", help="extra devices YAML")
@@ -139,7 +142,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         sequence_parallel=args.sp, zero_stage=args.zero, distributed_optimizer=args.distributed_optimizer,
         recompute=args.recompute, schedule=args.schedule, micro_batch=args.mbs, global_batch=gbs,
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
-        overlap_param_gather=args.overlap_param_gather,
+        overlap_param_gather=args.overlap_param_gather, lora_rank=args.lora_rank, moe_imbalance=args.moe_imbalance,
     )
     return make_setup(model, fw, device if device is not None else args.device,
                       gpus_per_node=gpus_per_node or args.gpus_per_node,

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from xsim_trace.cli.progress import progress_bar
+from xsim_trace.cli.progress import RowProgress
 from xsim_trace.cli.rewrite import load_template
 from xsim_trace.rewrite.compare import compare, format_table, replay_quick
 from xsim_trace.rewrite.partitioning import resolve_partition
@@ -17,7 +17,7 @@ _PARTITIONS = ("given", "uniform", "auto")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="deployment plans: check, partition, compare")
+    p = sub.add_parser("plan", help="deployment plans: check, partition, compare, search")
     psub = p.add_subparsers(dest="plan_command", metavar="ACTION")
     psub.required = True
 
@@ -44,9 +44,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--backend", default="analytical",
                    help="network backend of the engine replay: analytical (default), analytical-ca (shares links), "
                         "flow, ns3")
-    k.add_argument("--quick", action="store_true", help="the rewriter's quick alpha-beta replay instead of the engine")
+    k.add_argument("--quick", action="store_true",
+                   help="the closed-form estimate (stage times, pipeline fill, DP rings; milliseconds per row) instead "
+                        "of rewriting and replaying on the engine")
     k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     k.set_defaults(func=cmd_compare)
+
+    from xsim_trace.cli.plan_search import register as register_search
+
+    register_search(psub)
 
 
 def _choices(text: str | None, allowed: tuple[str, ...], what: str) -> list[str | None]:
@@ -98,15 +104,20 @@ def cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row_text(row) -> str:
+    what = f"{row.plan} {row.reshard} {row.partition}"
+    return f"{what}: infeasible ({row.infeasible})" if row.infeasible else f"{what}: {row.iteration_ns / 1e6:.2f} ms"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    plans = [load_plan(p) for p in args.plans]
+    plans = [load_plan(p, memory=False) for p in args.plans]  # a variant over memory is a marked row
     reshards = _choices(args.reshard, _RESHARDS, "reshard")
     partitions = _choices(args.partition, _PARTITIONS, "partition")
     total = len(plans) * len(reshards) * len(partitions)
-    with progress_bar(total, "plans", quiet=args.quiet or total < 2) as bar:
+    with RowProgress(total, "plan compare", quiet=args.quiet) as bar:
         rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
-                       reshards=reshards, partitions=partitions, progress=lambda: bar.update(1),
-                       replay=replay_for(args.cluster, args.backend, quick=args.quick))
+                       reshards=reshards, partitions=partitions, progress=lambda row: bar.update(_row_text(row)),
+                       replay=replay_for(args.cluster, args.backend), closed_form=args.quick)
     if args.json:
         json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
         print()

@@ -24,3 +24,26 @@ def progress_bar(
     is known and below ``min_items`` (pass a small ``min_items`` for few but long items, e.g. runs)."""
     disable = quiet or (total is not None and total < min_items) or not sys.stderr.isatty()
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=disable, leave=False, **kwargs)
+
+
+class RowProgress:
+    """Progress over a few long items (plan variants, search candidates): a tqdm bar on a terminal,
+    else one line per finished item on stderr (so logs and CI show that a long run moves)."""
+
+    def __init__(self, total: int, desc: str, *, quiet: bool = False) -> None:
+        self.total, self.desc, self.quiet, self.done = total, desc, quiet, 0
+        self.bar = progress_bar(total, desc, quiet=quiet, unit="item", min_items=2) if sys.stderr.isatty() else None
+
+    def __enter__(self) -> "RowProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def update(self, text: str = "") -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif not self.quiet:
+            print(f"{self.desc} [{self.done}/{self.total}] {text}".rstrip(), file=sys.stderr, flush=True)

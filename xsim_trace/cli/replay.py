@@ -17,9 +17,12 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
         "--algorithm", action="append", metavar="[COLL=]ALGO", default=[],
         help="collective algorithm: ring, tree, direct, halving_doubling, hierarchical; for all collectives or e.g. all_reduce=tree (repeatable)",
     )
-    p.add_argument("--chunks", type=int, default=1, help="chunks per collective (default 1)")
-    p.add_argument("--in-flight", type=int, default=1, help="chunks of one collective in flight per rank (default 1)")
-    p.add_argument("--endpoint-delay-ns", type=int, default=0, help="delay before each send and after each chunk, ns")
+    p.add_argument("--chunks", type=int, default=None,
+                   help="chunks per collective (default 1, or the astra: system file's preferred-dataset-splits)")
+    p.add_argument("--in-flight", type=int, default=None,
+                   help="chunks of one collective in flight per rank (default 1, or active-chunks-per-dimension)")
+    p.add_argument("--endpoint-delay-ns", type=int, default=None,
+                   help="delay before each send and after each chunk, ns (default 0, or endpoint-delay)")
     p.add_argument("--reduction-delay-ns", type=int, default=0, help="delay after each received message that is reduced, ns")
     p.add_argument("--p2p", choices=("eager", "rendezvous"), default="eager", help="send/recv semantics (default eager)")
     p.add_argument("--collective-model", choices=("auto", "nccl", "schedule"), default="auto",
@@ -39,23 +42,39 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="replay a multi-rank Chakra trace on a cluster and report the iteration time")
     p.add_argument("trace", metavar="TRACE_PREFIX", help="rank-set prefix (out/step for out/step.0.et ...) or its directory")
-    p.add_argument("--cluster", required=True, metavar="FILE_OR_PRESET", help="cluster YAML/JSON file or preset (e.g. dgx-h100:2)")
+    p.add_argument("--cluster", required=True, metavar="FILE_OR_PRESET", help="cluster YAML/JSON file, preset (e.g. dgx-h100:2), or ASTRA-sim inputs astra:NETWORK.yml[,SYSTEM.json]")
     p.add_argument("--out", default="xsim-replay", metavar="DIR", help="where summary.json, timeline.json, breakdown.png go (default ./xsim-replay)")
     p.add_argument("--retarget", action="store_true",
                    help="ranks captured on another GPU than the cluster gives them: rescale their compute kernels to the "
                         "cluster's device by kernel class and FLOPs/bytes (without it such a mismatch is refused)")
+    p.add_argument("--retarget-host-factor", type=float, default=1.0, metavar="F",
+                   help="with --retarget: multiply host (CPU) node times of retargeted ranks by F (target CPU time / "
+                        "captured; default 1: host time kept as captured)")
     add_replay_options(p)
     p.set_defaults(func=cmd_replay)
 
 
 def settings_from_args(args: argparse.Namespace):
+    """Replay settings from the options; with ``--cluster astra:NET,SYS`` the system file's
+    algorithms, chunks, chunks in flight and endpoint delay fill the options not given."""
+    from xsim_trace.cluster.astra import astra_system_of, is_astra_spec
     from xsim_trace.replay import ReplaySettings
 
+    system = astra_system_of(args.cluster) if is_astra_spec(getattr(args, "cluster", None)) else None
+    algorithms = list(args.algorithm)
+    if system is not None and not algorithms:
+        algorithms = [f"{ctype.name.lower()}={algo}" for ctype, algo in system.algorithms]
+
+    def pick(value, from_system, default):
+        if value is not None:
+            return value
+        return from_system if system is not None else default
+
     return ReplaySettings.from_cli(
-        args.algorithm,
-        chunks=args.chunks,
-        in_flight=args.in_flight,
-        endpoint_delay_ns=args.endpoint_delay_ns,
+        algorithms,
+        chunks=pick(args.chunks, system and system.chunks, 1),
+        in_flight=pick(args.in_flight, system and system.in_flight, 1),
+        endpoint_delay_ns=pick(args.endpoint_delay_ns, system and system.endpoint_delay_ns, 0),
         reduction_delay_ns=args.reduction_delay_ns,
         p2p=args.p2p,
         collective_model=getattr(args, "collective_model", "auto"),
@@ -65,7 +84,8 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def network_for(cluster_spec, backend_name: str):
-    """(cluster, backend) from a cluster file/preset and a backend name."""
+    """(cluster, backend) from a cluster file/preset and a backend name: the cluster is resolved
+    here, once, and the resolved Cluster builds the topology."""
     from xsim_trace.cluster import load_cluster
     from xsim_trace.network.registry import make_backend
     from xsim_trace.network.topology import build_topology
@@ -121,7 +141,7 @@ def _critical_line(summary_path) -> str | None:
             f"{top['name'] or 'node ' + str(top['node'])} on rank {top['rank']} ({fmt_ns(top['duration_ns'])})")
 
 
-def check_or_retarget(traces, cluster, *, retarget: bool, cluster_name: str):
+def check_or_retarget(traces, cluster, *, retarget: bool, host_factor: float = 1.0):
     """Refuse ranks captured on another device than the cluster's (naming both), or, with
     ``retarget``, rescale them to it (logging how many ranks moved)."""
     import logging
@@ -139,7 +159,7 @@ def check_or_retarget(traces, cluster, *, retarget: bool, cluster_name: str):
                           rank=first.rank, field="--cluster")
     logging.getLogger(__name__).warning("retargeting %d rank(s) from %s to %s", len(mismatches),
                                         mismatches[0].captured, mismatches[0].cluster)
-    return do_retarget(traces, cluster)
+    return do_retarget(traces, cluster, host_factor=host_factor)
 
 
 def _needs_retarget(trace: str, cluster, *, retarget: bool) -> bool:
@@ -170,10 +190,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     partial = _partial_rank_set(args.trace)
     if partial is not None:
-        workload, prefix = _compile_completed(args.trace, args.absent_peers, args.drop_missing_deps, quiet)
+        workload, prefix = _compile_completed(args, cluster, quiet)
     elif _needs_retarget(args.trace, cluster, retarget=args.retarget):
         rs = read_rank_set(args.trace)
-        traces = check_or_retarget(rs.traces, cluster, retarget=True, cluster_name=str(args.cluster))
+        traces = check_or_retarget(rs.traces, cluster, retarget=True, host_factor=args.retarget_host_factor)
         workload, prefix = compile_checked(traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix
     else:
         # decoded straight into columns where it can (no per-node objects), else the typed way
@@ -202,16 +222,17 @@ def _partial_rank_set(trace: str) -> tuple[int, ...] | None:
     return tuple(files) if len(files) < world else None
 
 
-def _compile_completed(trace: str, mode: str, drop_missing_deps: bool, quiet: bool):
-    """A partial rank set completed with modelled peers (:mod:`xsim_trace.replay.absent`), compiled;
-    what was modelled is said on stderr."""
+def _compile_completed(args: argparse.Namespace, cluster, quiet: bool):
+    """A partial rank set (device-checked, or retargeted) completed with modelled peers
+    (:mod:`xsim_trace.replay.absent`), compiled; what was modelled is said on stderr."""
     from converters.crossrank import alltoall_schedule
     from xsim_trace.io import read_rank_set
     from xsim_trace.replay.absent import AbsentPeers, complete_rank_set
     from xsim_trace.replay.api import compile_checked
 
-    rs = read_rank_set(trace, partial=True)
-    done = complete_rank_set(rs.traces, rs.comm_groups, AbsentPeers(mode), alltoall_order=alltoall_schedule)
+    rs = read_rank_set(args.trace, partial=True)
+    traces = check_or_retarget(rs.traces, cluster, retarget=args.retarget, cluster_name=str(args.cluster))
+    done = complete_rank_set(traces, rs.comm_groups, AbsentPeers(args.absent_peers), alltoall_order=alltoall_schedule)
     for note in done.notes if not quiet else ():
         print(f"xsim: note: {note}", file=sys.stderr)
-    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), rs.prefix
+    return compile_checked(done.traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix

@@ -29,11 +29,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=int, default=0, help="rank of the source set to take templates from (default 0)")
     p.add_argument("--reshard", choices=("direct", "leader", "broadcast"), help="override the plan's strategy")
     p.add_argument("--partition", choices=("given", "uniform", "auto"), help="override the plan's partition mode")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="rewrite even when the trace's seq_len / micro_batch_size / device disagree with the plan / --device")
     p.set_defaults(func=cmd_rewrite)
 
 
-def load_template(source: str, plan: Plan, *, device: str | None = None, tp: int | None = None, rank: int = 0) -> ModelTemplate:
-    """Templates from a trace (path or prefix) or, for ``model`` / a preset name, from the plan's model."""
+def load_template(source: str, plan: Plan, *, device: str | None = None, tp: int | None = None, rank: int = 0,
+                  check: bool = True) -> ModelTemplate:
+    """Templates from a trace (path or prefix) or, for ``model`` / a preset name, from the plan's model.
+    ``check``: refuse a trace whose sequence length, micro-batch size or device disagree with the
+    plan / ``device`` (:mod:`xsim_trace.rewrite.guards`)."""
     path = Path(source)
     looks_like_trace = path.exists() or path.parent.is_dir() and any(
         c.name.startswith(path.name + ".") and ".et" in c.name for c in path.parent.iterdir())
@@ -53,12 +58,18 @@ def load_template(source: str, plan: Plan, *, device: str | None = None, tp: int
         if rank not in files:
             raise ConfigError(f"rank {rank} is not in the set (ranks 0..{max(files)})", file=source, field="--rank")
         trace = read_et(files[rank])
+    if check:
+        from xsim_trace.rewrite.guards import check_source_device, check_trace_shape
+
+        check_trace_shape(trace, plan.model, source=source, flag="--allow-mismatch")
+        check_source_device(trace, device, source=source, flag="--allow-mismatch")
     return extract_templates(trace, device=device, tp=tp, model=plan.model)
 
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan).with_strategy(reshard=args.reshard, partition=args.partition)
-    template = load_template(args.source, plan, device=args.device, tp=args.tp, rank=args.rank)
+    template = load_template(args.source, plan, device=args.device, tp=args.tp, rank=args.rank,
+                             check=not args.allow_mismatch)
     res: RewriteResult = rewrite(plan, template)
     write_rank_set(args.out, res.traces, res.comm_groups)
     for report in res.partition_reports:

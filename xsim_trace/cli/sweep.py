@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("spec", type=Path, help="sweep spec (YAML: runner, base, grid, runs, metric, top)")
     p.add_argument("-o", "--out", type=Path, help="results folder (default: <spec name>.sweep next to the spec)")
-    p.add_argument("-j", "--jobs", type=int, help="parallel runs (default: CPU count; 1 = in this process)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel runs, each in a worker process of its own (default: CPU count)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster at ADDRESS ('local' starts one here)")
     p.add_argument("--retry-errors", action="store_true", help="run again the combinations that failed before")
     p.add_argument("--top", type=int, help="rows in the summary table (default: the spec's top)")

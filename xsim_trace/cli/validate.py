@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from xsim_trace.errors import ConfigError
     from xsim_trace.validate.compare import format_table
     from xsim_trace.validate.measured import peer_waits
-    from xsim_trace.validate.pipeline import load_cluster, validate_captures
+    from xsim_trace.cluster import load_cluster
+    from xsim_trace.validate.pipeline import validate_captures
 
     if args.plot and not args.out:
         raise ConfigError("--plot needs --out DIR", field="--plot")

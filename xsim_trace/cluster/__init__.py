@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xsim_trace.cluster.astra import is_astra_spec, load_astra_cluster
 from xsim_trace.cluster.describe import describe
 from xsim_trace.cluster.load import cluster_from_dict, cluster_to_dict, read_cluster_file
 from xsim_trace.cluster.model import (
@@ -48,9 +49,12 @@ __all__ = [
 
 
 def load_cluster(path_or_preset: str | Path | Cluster) -> Cluster:
-    """A cluster from a file (``.yaml``/``.yml``/``.json``), a preset spec, or a Cluster (returned as is)."""
+    """A cluster from a file (``.yaml``/``.yml``/``.json``), a preset spec, ASTRA-sim inputs
+    (``astra:NETWORK.yml[,SYSTEM.json]``, see :mod:`xsim_trace.cluster.astra`), or a Cluster (returned as is)."""
     if isinstance(path_or_preset, Cluster):
         return path_or_preset
+    if is_astra_spec(path_or_preset):
+        return load_astra_cluster(str(path_or_preset))
     p = Path(path_or_preset)
     if p.is_file():
         return read_cluster_file(p)

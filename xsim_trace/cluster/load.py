@@ -38,8 +38,8 @@ _LINK_KEYS = {"groups", "bw_gbps", "latency_ns"}
 
 # What a cluster may describe, so that every transfer time fits the replay's int64 nanoseconds
 # (with xsim_trace.graph.bounds: at most 2^50 B per message and 2^56 B per rank).
-#: devices in one cluster
-MAX_DEVICES = 1 << 22
+#: devices in one cluster (65,536: a topology of this size builds in about 2 s)
+MAX_DEVICES = 1 << 16
 #: devices per node, NICs per leaf switch, spine switches, mesh lanes
 MAX_SMALL_COUNT = 1 << 16
 #: bandwidths in Gb/s (a GB/s figure is checked as 8x) from 0.1 Gb/s to 10 Pb/s

@@ -24,6 +24,7 @@ _FLOAT_FIELDS = (
     "hbm_bw_GBps",
     "hbm_GiB",
     "nvlink_bidir_GBps",
+    "pcie_GBps",
     "gemm_efficiency",
     "attention_efficiency",
     "mem_efficiency",

@@ -58,6 +58,7 @@ class DeviceSpec:
     hbm_GiB: float
     nvlink_bidir_GBps: float
     tf32_tflops: float = 0.0
+    pcie_GBps: float = 0.0  # host link, one direction (PCIe 3.0 x16 ~15.75, 4.0 x16 ~31.5); 0 = not stated
     fp8_tflops: float = 0.0
     gemm_efficiency: float = DEFAULT_GEMM_EFFICIENCY
     attention_efficiency: float = DEFAULT_ATTENTION_EFFICIENCY

@@ -110,3 +110,7 @@ LAUNCH_OP = "launch_op"  # string: the CPU op that launched a GPU node
 KIND_OF.update({MODULE: AttrKind.STRING, LAUNCH_OP: AttrKind.STRING})
 META_STEP_START_NS = "step_start_ns"  # int64: when the converted step began, on the capture's clock (ns)
 KIND_OF[META_STEP_START_NS] = AttrKind.INT64
+# --- workload shape (generator, rewriter): what a trace's sizes were computed for -----------------
+META_SEQ_LEN = "seq_len"  # int64: tokens per sequence
+META_MICRO_BATCH = "micro_batch_size"  # int64: sequences per micro-batch
+KIND_OF.update({META_SEQ_LEN: AttrKind.INT64, META_MICRO_BATCH: AttrKind.INT64})

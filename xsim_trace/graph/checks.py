@@ -13,6 +13,7 @@ from typing import Iterable, Mapping, Sequence
 
 from xsim_trace.errors import GraphError
 from xsim_trace.graph.bounds import trace_problems
+from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace
 
@@ -163,8 +164,68 @@ def check_rank_set(
         problems.extend(check_trace(traces[rank]))
     problems.extend(check_p2p(traces))
     problems.extend(check_collectives(traces, comm_groups or {}))
+    problems.extend(check_collective_roles(traces, comm_groups or {}))
     problems.extend(check_group_ids(comm_groups or {}))
     return problems
+
+
+#: collective types whose ``comm_root`` replay honours
+_ROOTED = frozenset({CollectiveType.BROADCAST, CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER})
+
+
+def _group_members(pg: str, comm_groups: Mapping[str, Iterable[int]], world: tuple[int, ...],
+                   issuers: Iterable[int]) -> tuple[int, ...]:
+    if pg in comm_groups:
+        return tuple(sorted(int(r) for r in comm_groups[pg]))
+    if pg in ("", "0"):
+        return world
+    return tuple(sorted(issuers))
+
+
+def check_collective_roles(traces: Mapping[int, Trace], comm_groups: Mapping[str, Iterable[int]]) -> list[Problem]:
+    """What replay refuses beyond types and sizes: comm groups naming ranks outside the set; the
+    ``comm_root`` of a rooted collective and the ``ring_order`` of any must be the same on every member,
+    the root a member and the ring an ordering of the members."""
+    out: list[Problem] = []
+    world = tuple(sorted(traces))
+    for pg in sorted(comm_groups):
+        bad = [r for r in comm_groups[pg] if r not in traces]
+        if bad and len(traces) == max(world) + 1:
+            out.append(Problem(ProblemKind.GROUP_MEMBERSHIP, f"process group {pg!r} names rank {bad[0]}, outside "
+                               f"0..{max(world)}"))
+    per_group: dict[str, dict[int, list[Node]]] = defaultdict(lambda: defaultdict(list))
+    for rank in world:
+        for node in traces[rank].nodes:
+            if node.type == NodeType.COMM_COLL:
+                per_group[node.pg_name or "0"][rank].append(node)
+    for pg in sorted(per_group):
+        by_rank = per_group[pg]
+        members = _group_members(pg, comm_groups, world, by_rank)
+        for seq in range(min(len(v) for v in by_rank.values())):
+            nodes = [(r, by_rank[r][seq]) for r in sorted(by_rank)]
+            out.extend(_role_problems(traces, pg, seq, members, nodes))
+    return out
+
+
+def _role_problems(traces, pg: str, seq: int, members: tuple[int, ...], nodes) -> list[Problem]:
+    out: list[Problem] = []
+    rooted = [(r, n, n.attr(A.COMM_ROOT)) for r, n in nodes if n.comm_type in _ROOTED and n.attr(A.COMM_ROOT) is not None]
+    for r, n, root in rooted:
+        if root != rooted[0][2]:
+            out.append(Problem(ProblemKind.COLLECTIVE_MISMATCH, f"process group {pg!r}: collective #{seq} has comm_root "
+                               f"{root} here but {rooted[0][2]} on rank {rooted[0][0]}", traces[r].source, r, n.id))
+        elif root not in members:
+            out.append(Problem(ProblemKind.GROUP_MEMBERSHIP, f"comm_root {root} is not a member of process group "
+                               f"{pg!r} {list(members)}", traces[r].source, r, n.id))
+    rings = [(r, n, tuple(n.attr(A.RING_ORDER))) for r, n in nodes if n.attr(A.RING_ORDER)]
+    for r, n, ring in rings:
+        if ring != rings[0][2]:
+            out.append(Problem(ProblemKind.COLLECTIVE_MISMATCH, f"process group {pg!r}: collective #{seq} has ring_order "
+                               f"{list(ring)} here but {list(rings[0][2])} on rank {rings[0][0]}", traces[r].source, r, n.id))
+        elif sorted(ring) != list(members):
+            out.append(Problem(ProblemKind.GROUP_MEMBERSHIP, f"ring_order {list(ring)} is not an ordering of process "
+                               f"group {pg!r} {list(members)}", traces[r].source, r, n.id))
+    return out
 
 
 def check_group_ids(comm_groups: Mapping[str, Iterable[int]]) -> list[Problem]:

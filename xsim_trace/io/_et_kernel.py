@@ -54,131 +54,6 @@ def _varint(buf, pos, end):
 
 
 @njit(cache=True, nogil=True)
-def _skip(buf, pos, end, wt):
-    """Position after a field of wire type ``wt`` starting at ``pos``; -1 if malformed."""
-    if wt == 0:
-        _, pos = _varint(buf, pos, end)
-        return pos
-    if wt == 1:
-        return pos + 8 if pos + 8 <= end else -1
-    if wt == 5:
-        return pos + 4 if pos + 4 <= end else -1
-    if wt == 2:
-        n, pos = _varint(buf, pos, end)
-        if pos < 0 or n < 0 or pos + n > end:
-            return -1
-        return pos + n
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def _match(buf, off, ln, names, noffs):
-    for k in range(noffs.shape[0] - 1):
-        a = noffs[k]
-        b = noffs[k + 1]
-        if b - a != ln:
-            continue
-        same = True
-        for j in range(ln):
-            if buf[off + j] != names[a + j]:
-                same = False
-                break
-        if same:
-            return k
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def _fixed(buf, pos, nbytes):
-    v = np.uint64(0)
-    for j in range(nbytes):
-        v |= np.uint64(buf[pos + j]) << np.uint64(8 * j)
-    return v
-
-
-@njit(cache=True, nogil=True)
-def _attr(buf, pos, end, names, noffs):
-    """Decode one AttributeProto in buf[pos:end]: (status, wanted index or -1, has value, int value,
-    string offset, string length).  Returns scalars only: numba passes arrays between compiled
-    functions with reference counting, which would cost more than the decoding."""
-    name_off = -1
-    name_len = 0
-    vfield = 0  # the oneof member seen last (0: none)
-    vpos = 0
-    vwt = 0
-    p = pos
-    while p < end:
-        key, p = _varint(buf, p, end)
-        if p < 0:
-            return BAD_WIRE, -1, 0, 0, 0, 0
-        field = key >> 3
-        wt = key & 7
-        if field == 1 and wt == 2:
-            n, p2 = _varint(buf, p, end)
-            if p2 < 0 or n < 0 or p2 + n > end:
-                return BAD_WIRE, -1, 0, 0, 0, 0
-            name_off = p2
-            name_len = n
-            p = p2 + n
-            continue
-        q = _skip(buf, p, end, wt)
-        if q < 0:
-            return BAD_WIRE, -1, 0, 0, 0, 0
-        if 3 <= field <= 32:
-            vfield = field
-            vpos = p
-            vwt = wt
-        p = q
-    if name_off < 0:
-        return OK, -1, 0, 0, 0, 0
-    k = _match(buf, name_off, name_len, names, noffs)
-    if k < 0:
-        return OK, -1, 0, 0, 0, 0
-    if vfield == 0:  # no value: absent for is_cpu_op and the strings; a bounds error elsewhere
-        if k == IS_CPU_OP or (k >= N_INT and k < N_INT + N_STR):
-            return OK, k, 0, 0, 0, 0
-        return ODD_VALUE, k, 0, 0, 0, 0
-    if vfield == 27 and k != IS_CPU_OP:  # a bool where a number belongs: the bounds check words it
-        return ODD_VALUE, k, 0, 0, 0, 0
-    if k < N_INT:
-        v = np.int64(0)
-        if vfield in (7, 9, 11, 13, 27) and vwt == 0:
-            v, _ = _varint(buf, vpos, end)
-            if vfield == 13 and v < 0:
-                return ODD_VALUE, k, 0, 0, 0, 0
-            if vfield == 7 or vfield == 11:  # 32-bit: protobuf keeps the low 32 bits
-                v32 = v & 0xFFFFFFFF
-                if vfield == 7 and v32 >= 0x80000000:
-                    v32 -= 0x100000000
-                v = v32
-            if vfield == 27:
-                v = 1 if v != 0 else 0
-        elif vfield in (15, 17) and vwt == 0:
-            u, _ = _varint(buf, vpos, end)
-            uu = np.uint64(u)
-            if vfield == 15:
-                uu &= np.uint64(0xFFFFFFFF)
-            v = np.int64(uu >> np.uint64(1)) ^ -np.int64(uu & np.uint64(1))
-        elif vfield in (19, 23) and vwt == 5:
-            v = np.int64(_fixed(buf, vpos, 4))
-            if vfield == 23 and v >= 0x80000000:
-                v -= 0x100000000
-        elif vfield in (21, 25) and vwt == 1:
-            v = np.int64(_fixed(buf, vpos, 8))
-            if vfield == 21 and v < 0:
-                return ODD_VALUE, k, 0, 0, 0, 0
-        else:
-            return ODD_VALUE, k, 0, 0, 0, 0
-        return OK, k, 1, v, 0, 0
-    if k < N_INT + N_STR:
-        if vfield != 29 or vwt != 2:
-            return ODD_VALUE, k, 0, 0, 0, 0
-        n, p2 = _varint(buf, vpos, end)
-        return OK, k, 1, 0, p2, n
-    return OK, k, 1, 0, pos, end - pos  # ring_order: the caller decodes the whole AttributeProto
-
-
-@njit(cache=True, nogil=True)
 def count_records(buf):
     """Number of records, or -1 if the framing is broken."""
     pos = 0
@@ -195,21 +70,46 @@ def count_records(buf):
 
 @njit(cache=True, nogil=True)
 def decode_nodes(buf, names, noffs, node_id, ntype, dur_us, name_off, name_len, ivals, ihas, soff, slen,
-                 loff, llen, dep_ptr, deps_cap):
-    """Fill the node columns (sized by count_records - 1); returns (status, deps array)."""
+                 loff, llen, dep_ptr, deps, ctrl):
+    """Fill the node columns (sized by count_records - 1) and ``deps`` (data deps then ctrl deps of
+    each node; ``deps`` and the scratch ``ctrl`` hold at least one slot per byte of ``buf``).
+    Returns (status, number of deps).
+
+    One function with the varint loops written out: numba calls between compiled functions cost
+    tens of ns each (reference counts on every array argument), more than decoding a field."""
     end = buf.shape[0]
-    deps = np.empty(deps_cap, np.int64)
     nd = 0
-    ln, pos = _varint(buf, 0, end)
-    if pos < 0:
-        return BAD_FRAME, deps[:0]
-    pos += ln  # the GlobalMetadata record
+    # -- the GlobalMetadata record: skipped
+    pos = 0
+    ln = 0
+    shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            return BAD_FRAME, 0
+        b = buf[pos]
+        pos += 1
+        ln |= np.int64(b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    pos += ln
     i = 0
     while pos < end:
-        ln, pos = _varint(buf, pos, end)
+        # -- one Node record
+        ln = 0
+        shift = 0
+        while True:
+            if pos >= end or shift > 63:
+                return BAD_FRAME, 0
+            b = buf[pos]
+            pos += 1
+            ln |= np.int64(b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
         rec_end = pos + ln
-        if pos < 0 or rec_end > end:
-            return BAD_FRAME, deps[:0]
+        if ln < 0 or rec_end > end:
+            return BAD_FRAME, 0
         nid = np.int64(0)
         ty = np.int64(0)
         du = np.int64(0)
@@ -223,107 +123,236 @@ def decode_nodes(buf, names, noffs, node_id, ntype, dur_us, name_off, name_len, 
             soff[i, k] = -1
             slen[i, k] = 0
         dep_ptr[i] = nd
+        nc = 0
         seen = np.int64(0)
-        # two walks: data deps (field 5) first, then ctrl deps (4), as the typed path lists them
-        for want in (5, 4):
-            p = pos
-            while p < rec_end:
-                key, p = _varint(buf, p, rec_end)
-                if p < 0:
-                    return BAD_WIRE, deps[:0]
-                field = key >> 3
-                wt = key & 7
-                if field == want and (wt == 0 or wt == 2):
-                    if wt == 0:
-                        v, p = _varint(buf, p, rec_end)
-                        if p < 0:
-                            return BAD_WIRE, deps[:0]
-                        if v < 0:
-                            return ODD_VALUE, deps[:0]
-                        if nd == deps.shape[0]:
-                            grown = np.empty(2 * deps.shape[0] + 16, np.int64)
-                            grown[:nd] = deps[:nd]
-                            deps = grown
-                        deps[nd] = v
+        p = pos
+        while p < rec_end:
+            # field key
+            key = np.int64(0)
+            shift = 0
+            while True:
+                if p >= rec_end or shift > 63:
+                    return BAD_WIRE, 0
+                b = buf[p]
+                p += 1
+                key |= np.int64(b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+            field = key >> 3
+            wt = key & 7
+            # its value: a varint (wt 0), a length then bytes (wt 2), or fixed bytes (1, 5)
+            v = np.int64(0)
+            voff = p
+            if wt == 0 or wt == 2:
+                shift = 0
+                while True:
+                    if p >= rec_end or shift > 63:
+                        return BAD_WIRE, 0
+                    b = buf[p]
+                    p += 1
+                    v |= np.int64(b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+                voff = p
+                if wt == 2:
+                    if v < 0 or p + v > rec_end:
+                        return BAD_WIRE, 0
+                    p += v
+            elif wt == 1:
+                if p + 8 > rec_end:
+                    return BAD_WIRE, 0
+                p += 8
+            elif wt == 5:
+                if p + 4 > rec_end:
+                    return BAD_WIRE, 0
+                p += 4
+            else:
+                return BAD_WIRE, 0
+            if field == 1 and wt == 0:
+                if v < 0:
+                    return ODD_VALUE, 0
+                nid = v
+            elif field == 3 and wt == 0:
+                ty = v & 0xFFFFFFFF  # an enum is an int32 on the wire
+                if ty >= 0x80000000:
+                    ty -= 0x100000000
+            elif field == 7 and wt == 0:
+                if v < 0:
+                    return ODD_VALUE, 0
+                du = v
+            elif field == 2 and wt == 2:
+                name_off[i] = voff
+                name_len[i] = v
+            elif (field == 4 or field == 5) and wt == 0:
+                if v < 0:
+                    return ODD_VALUE, 0
+                if field == 5:
+                    deps[nd] = v
+                    nd += 1
+                else:
+                    ctrl[nc] = v
+                    nc += 1
+            elif (field == 4 or field == 5) and wt == 2:  # packed deps
+                q = voff
+                q_end = voff + v
+                while q < q_end:
+                    d = np.int64(0)
+                    shift = 0
+                    while True:
+                        if q >= q_end or shift > 63:
+                            return BAD_WIRE, 0
+                        b = buf[q]
+                        q += 1
+                        d |= np.int64(b & 0x7F) << shift
+                        if b < 0x80:
+                            break
+                        shift += 7
+                    if d < 0:
+                        return ODD_VALUE, 0
+                    if field == 5:
+                        deps[nd] = d
                         nd += 1
                     else:
-                        n, p = _varint(buf, p, rec_end)
-                        if p < 0 or n < 0 or p + n > rec_end:
-                            return BAD_WIRE, deps[:0]
-                        q = p + n
-                        while p < q:
-                            v, p = _varint(buf, p, q)
-                            if p < 0:
-                                return BAD_WIRE, deps[:0]
-                            if v < 0:
-                                return ODD_VALUE, deps[:0]
-                            if nd == deps.shape[0]:
-                                grown = np.empty(2 * deps.shape[0] + 16, np.int64)
-                                grown[:nd] = deps[:nd]
-                                deps = grown
-                            deps[nd] = v
-                            nd += 1
+                        ctrl[nc] = d
+                        nc += 1
+            elif field == 10 and wt == 2:
+                a_end = voff + v
+                # -- one AttributeProto: its name and the oneof member seen last
+                an_off = -1
+                an_len = 0
+                vfield = 0
+                vwt = 0
+                vval = np.int64(0)
+                vpos = 0
+                q = voff
+                while q < a_end:
+                    akey = np.int64(0)
+                    shift = 0
+                    while True:
+                        if q >= a_end or shift > 63:
+                            return BAD_WIRE, 0
+                        b = buf[q]
+                        q += 1
+                        akey |= np.int64(b & 0x7F) << shift
+                        if b < 0x80:
+                            break
+                        shift += 7
+                    af = akey >> 3
+                    awt = akey & 7
+                    av = np.int64(0)
+                    apos = q
+                    if awt == 0 or awt == 2:
+                        shift = 0
+                        while True:
+                            if q >= a_end or shift > 63:
+                                return BAD_WIRE, 0
+                            b = buf[q]
+                            q += 1
+                            av |= np.int64(b & 0x7F) << shift
+                            if b < 0x80:
+                                break
+                            shift += 7
+                        apos = q
+                        if awt == 2:
+                            if av < 0 or q + av > a_end:
+                                return BAD_WIRE, 0
+                            q += av
+                    elif awt == 1:
+                        if q + 8 > a_end:
+                            return BAD_WIRE, 0
+                        for j in range(8):
+                            av |= np.int64(buf[q + j]) << (8 * j)
+                        q += 8
+                    elif awt == 5:
+                        if q + 4 > a_end:
+                            return BAD_WIRE, 0
+                        for j in range(4):
+                            av |= np.int64(buf[q + j]) << (8 * j)
+                        q += 4
+                    else:
+                        return BAD_WIRE, 0
+                    if af == 1 and awt == 2:
+                        an_off = apos
+                        an_len = av
+                    elif 3 <= af <= 32:
+                        vfield = af
+                        vwt = awt
+                        vval = av
+                        vpos = apos
+                if an_off < 0:
                     continue
-                if want == 4:
-                    q = _skip(buf, p, rec_end, wt)
-                    if q < 0:
-                        return BAD_WIRE, deps[:0]
-                    p = q
+                # which wanted attribute (if any)
+                k = -1
+                for c in range(noffs.shape[0] - 1):
+                    a0 = noffs[c]
+                    if noffs[c + 1] - a0 != an_len:
+                        continue
+                    same = True
+                    for j in range(an_len):
+                        if buf[an_off + j] != names[a0 + j]:
+                            same = False
+                            break
+                    if same:
+                        k = c
+                        break
+                if k < 0:
                     continue
-                # first walk: everything else
-                if field == 1 and wt == 0:
-                    nid, p = _varint(buf, p, rec_end)
-                    if nid < 0:
-                        return ODD_VALUE, deps[:0]
-                elif field == 3 and wt == 0:
-                    ty, p = _varint(buf, p, rec_end)
-                    ty = ty & 0xFFFFFFFF  # an enum is an int32 on the wire
-                    if ty >= 0x80000000:
-                        ty -= 0x100000000
-                elif field == 7 and wt == 0:
-                    du, p = _varint(buf, p, rec_end)
-                    if du < 0:
-                        return ODD_VALUE, deps[:0]
-                elif field == 2 and wt == 2:
-                    n, p2 = _varint(buf, p, rec_end)
-                    if p2 < 0 or n < 0 or p2 + n > rec_end:
-                        return BAD_WIRE, deps[:0]
-                    name_off[i] = p2
-                    name_len[i] = n
-                    p = p2 + n
-                elif field == 10 and wt == 2:
-                    n, p2 = _varint(buf, p, rec_end)
-                    if p2 < 0 or n < 0 or p2 + n > rec_end:
-                        return BAD_WIRE, deps[:0]
-                    st, k, has, v, so, sl = _attr(buf, p2, p2 + n, names, noffs)
-                    if st != OK:
-                        return st, deps[:0]
-                    if k >= 0:  # a wanted attribute twice: readers differ on which wins, so leave it
-                        bit = np.int64(1) << k
-                        if seen & bit:
-                            return ODD_VALUE, deps[:0]
-                        seen |= bit
-                    if k >= 0 and k < N_INT:
-                        ihas[i, k] = has
-                        ivals[i, k] = v
-                    elif k >= N_INT and k < N_INT + N_STR:
-                        soff[i, k - N_INT] = so if has else -1
-                        slen[i, k - N_INT] = sl
-                    elif k >= 0:
-                        loff[i] = so if has else -1
-                        llen[i] = sl
-                    p = p2 + n
-                else:
-                    q = _skip(buf, p, rec_end, wt)
-                    if q < 0:
-                        return BAD_WIRE, deps[:0]
-                    p = q
-                if p < 0:
-                    return BAD_WIRE, deps[:0]
+                bit = np.int64(1) << k
+                if seen & bit:  # a wanted attribute twice: readers differ on which wins
+                    return ODD_VALUE, 0
+                seen |= bit
+                if vfield == 0:  # no value: absent for is_cpu_op and the strings, a bounds error elsewhere
+                    if k == IS_CPU_OP or (k >= N_INT and k < N_INT + N_STR):
+                        continue
+                    return ODD_VALUE, 0
+                if k < N_INT:
+                    if vfield == 27 and k != IS_CPU_OP:  # a bool where a number belongs
+                        return ODD_VALUE, 0
+                    if vwt == 0 and (vfield == 7 or vfield == 9 or vfield == 11 or vfield == 13 or vfield == 27):
+                        x = vval
+                        if vfield == 13 and x < 0:
+                            return ODD_VALUE, 0
+                        if vfield == 7 or vfield == 11:  # 32-bit: protobuf keeps the low 32 bits
+                            x &= 0xFFFFFFFF
+                            if vfield == 7 and x >= 0x80000000:
+                                x -= 0x100000000
+                        if vfield == 27:
+                            x = 1 if x != 0 else 0
+                    elif vwt == 0 and (vfield == 15 or vfield == 17):  # zigzag
+                        u = np.uint64(vval)
+                        if vfield == 15:
+                            u &= np.uint64(0xFFFFFFFF)
+                        x = np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1))
+                    elif vwt == 5 and (vfield == 19 or vfield == 23):
+                        x = vval
+                        if vfield == 23 and x >= 0x80000000:
+                            x -= 0x100000000
+                    elif vwt == 1 and (vfield == 21 or vfield == 25):
+                        x = vval
+                        if vfield == 21 and x < 0:
+                            return ODD_VALUE, 0
+                    else:
+                        return ODD_VALUE, 0
+                    ivals[i, k] = x
+                    ihas[i, k] = 1
+                elif k < N_INT + N_STR:
+                    if vfield != 29 or vwt != 2:
+                        return ODD_VALUE, 0
+                    soff[i, k - N_INT] = vpos
+                    slen[i, k - N_INT] = vval
+                else:  # ring_order: the caller decodes the whole AttributeProto
+                    loff[i] = voff
+                    llen[i] = v
+            # anything else: an unknown or unused field, skipped
+        for j in range(nc):
+            deps[nd] = ctrl[j]
+            nd += 1
         node_id[i] = nid
         ntype[i] = ty
         dur_us[i] = du
         i += 1
         pos = rec_end
     dep_ptr[i] = nd
-    return OK, deps[:nd]
+    return OK, nd

@@ -74,6 +74,8 @@ class NodeColumns:
     pg_name: dict[int, str]
     comm_kind: dict[int, str]
     ring_order: dict[int, tuple[int, ...]]
+    #: nodes per file when several files were read as one set (``read_columns_many``)
+    rank_sizes: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return int(self.node_id.shape[0])
@@ -93,51 +95,81 @@ def _kernel():
     return _et_kernel
 
 
-def read_columns(path: str | os.PathLike[str]) -> NodeColumns | None:
-    """The columns of one ``.et`` file (plain or gzip), or None to read it the typed way."""
-    k = _kernel()
-    if k is None:
-        return None
-    name = os.fspath(path)
+def _read_bytes(path: str) -> bytes | None:
     try:
-        with open(name, "rb") as f:
+        with open(path, "rb") as f:
             data = f.read()
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
     except (OSError, EOFError):
         return None
-    buf = np.frombuffer(data, np.uint8)
-    records = int(k.count_records(buf))
-    if records < 1:
+    return data
+
+
+def read_columns(path: str | os.PathLike[str]) -> NodeColumns | None:
+    """The columns of one ``.et`` file (plain or gzip), or None to read it the typed way."""
+    return read_columns_many([path])
+
+
+def read_columns_many(paths: Sequence[str | os.PathLike[str]]) -> NodeColumns | None:
+    """The columns of several ``.et`` files as one set, in order (``rank_sizes`` says where each
+    file's nodes are), or None to read them the typed way.  Each file is read twice (once to
+    count its nodes, once to decode them into the shared arrays), so no per-file copy of the
+    columns is kept."""
+    k = _kernel()
+    if k is None:
         return None
-    n = records - 1
+    names = [os.fspath(p) for p in paths]
+    sizes = []
+    for name in names:
+        data = _read_bytes(name)
+        records = -1 if data is None else int(k.count_records(np.frombuffer(data, np.uint8)))
+        if records < 1:
+            return None
+        sizes.append(records - 1)
+    total = sum(sizes)
     wn, wo = k.wanted_names()
-    node_id = np.empty(n, np.int64)
-    ntype = np.empty(n, np.int64)
-    dur = np.empty(n, np.int64)
-    name_off = np.empty(n, np.int64)
-    name_len = np.empty(n, np.int64)
-    ivals = np.zeros((n, k.N_INT), np.int64)
-    ihas = np.zeros((n, k.N_INT), np.uint8)
-    soff = np.empty((n, k.N_STR), np.int64)
-    slen = np.empty((n, k.N_STR), np.int64)
-    loff = np.empty(n, np.int64)
-    llen = np.empty(n, np.int64)
-    dep_ptr = np.empty(n + 1, np.int64)
-    status, deps = k.decode_nodes(buf, wn, wo, node_id, ntype, dur, name_off, name_len, ivals, ihas, soff, slen,
-                                  loff, llen, dep_ptr, max(16, 2 * n))
-    if status != k.OK:
-        log.debug("%s: fast decoder status %d, reading it the typed way", name, status)
-        return None
-    try:
-        names = _names(data, name_off, name_len)
-        strs = [_strings(data, soff[:, j], slen[:, j]) for j in range(k.N_STR)]
-        rings = _rings(data, loff, llen)
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return NodeColumns(source=name, node_id=node_id, node_type=ntype, duration_micros=dur, names=names,
-                       dep_ptr=dep_ptr, deps=deps.copy(), ivals=ivals, ihas=ihas,
-                       pg_name=strs[0], comm_kind=strs[1], ring_order=rings)
+    node_id = np.empty(total, np.int64)
+    ntype = np.empty(total, np.int64)
+    dur = np.empty(total, np.int64)
+    ivals = np.zeros((total, k.N_INT), np.int64)
+    ihas = np.zeros((total, k.N_INT), np.uint8)
+    dep_ptr = np.empty(total + 1, np.int64)
+    deps, tables, strs, rings = [], [], [{}, {}], {}
+    base = nd_base = 0
+    for name, n in zip(names, sizes):
+        data = _read_bytes(name)
+        if data is None:
+            return None
+        buf = np.frombuffer(data, np.uint8)
+        name_off, name_len = np.empty(n, np.int64), np.empty(n, np.int64)
+        soff, slen = np.empty((n, k.N_STR), np.int64), np.empty((n, k.N_STR), np.int64)
+        loff, llen = np.empty(n, np.int64), np.empty(n, np.int64)
+        local_ptr = np.empty(n + 1, np.int64)
+        local_deps = np.empty(len(data), np.int64)
+        sl = slice(base, base + n)
+        status, nd = k.decode_nodes(buf, wn, wo, node_id[sl], ntype[sl], dur[sl], name_off, name_len, ivals[sl], ihas[sl],
+                                    soff, slen, loff, llen, local_ptr, local_deps, np.empty(len(data), np.int64))
+        if status != k.OK:
+            log.debug("%s: fast decoder status %d, reading it the typed way", name, status)
+            return None
+        try:
+            tables.append(_names(data, name_off, name_len))
+            for j in range(k.N_STR):
+                strs[j].update(_strings(data, soff[:, j], slen[:, j], base))
+            rings.update(_rings(data, loff, llen, base))
+        except (UnicodeDecodeError, ValueError):
+            return None
+        dep_ptr[sl] = local_ptr[:n] + nd_base
+        deps.append(local_deps[:nd].copy())
+        base += n
+        nd_base += nd
+    dep_ptr[total] = nd_base
+    return NodeColumns(source=names[0] if len(names) == 1 else None, node_id=node_id, node_type=ntype,
+                       duration_micros=dur, names=NameTable.concat(tables) if len(tables) != 1 else tables[0],
+                       dep_ptr=dep_ptr, deps=np.concatenate(deps) if deps else np.zeros(0, np.int64),
+                       ivals=ivals, ihas=ihas, pg_name=strs[0], comm_kind=strs[1], ring_order=rings,
+                       rank_sizes=tuple(sizes))
 
 
 def _names(data: bytes, off: np.ndarray, ln: np.ndarray) -> NameTable:
@@ -159,7 +191,7 @@ def _names(data: bytes, off: np.ndarray, ln: np.ndarray) -> NameTable:
     return NameTable(packed, offsets)
 
 
-def _strings(data: bytes, off: np.ndarray, ln: np.ndarray) -> dict[int, str]:
+def _strings(data: bytes, off: np.ndarray, ln: np.ndarray, base: int = 0) -> dict[int, str]:
     out: dict[int, str] = {}
     memo: dict[bytes, str] = {}
     for i in np.flatnonzero(off >= 0).tolist():
@@ -167,11 +199,11 @@ def _strings(data: bytes, off: np.ndarray, ln: np.ndarray) -> dict[int, str]:
         s = memo.get(raw)
         if s is None:
             s = memo[raw] = raw.decode("utf-8")
-        out[i] = s
+        out[base + i] = s
     return out
 
 
-def _rings(data: bytes, off: np.ndarray, ln: np.ndarray) -> dict[int, tuple[int, ...]]:
+def _rings(data: bytes, off: np.ndarray, ln: np.ndarray, base: int = 0) -> dict[int, tuple[int, ...]]:
     """``ring_order`` values, decoded by protobuf from each attribute's bytes."""
     idx = np.flatnonzero(off >= 0).tolist()
     if not idx:
@@ -193,5 +225,5 @@ def _rings(data: bytes, off: np.ndarray, ln: np.ndarray) -> dict[int, tuple[int,
             continue
         if not isinstance(value, tuple) or not all(isinstance(x, int) for x in value):
             raise ValueError("ring_order is not a list of ints")
-        out[i] = value
+        out[base + i] = value
     return out

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from xsim_trace.errors import OutputError
+from xsim_trace.io.atomic import _blocker
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ def output_set(folder: str | os.PathLike[str], owns: Callable[[str], bool] | Non
     target = Path(folder)
     try:
         target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the output folder: {_blocker(target) or exc.strerror or exc}",
+                          file=str(target)) from None
+    try:
         recover(target)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{label}-" if label else STAGING_PREFIX, dir=target))
         lock = open(staging / _LOCK, "w")  # noqa: SIM115 - held for the life of the staging folder

@@ -62,6 +62,15 @@ class AnalyticalBackend(FlowChecks):
             self._path[key] = ab
         return ab
 
+    def flow_route(self, src: int, dst: int) -> tuple[float, float, tuple[int, ...]]:
+        """(sum of latencies ns, bottleneck bytes/ns, endpoint port link ids) of a flow src -> dst:
+        what :meth:`start_flow` books (:class:`~xsim_trace.network.protocol.PortBookedFlows`)."""
+        return self._alpha_beta(src, dst)
+
+    def port_bw_Bpns(self) -> list[float]:
+        """Bandwidth of every link (bytes/ns), by link id."""
+        return list(self._bw)
+
     def transfer_ns(self, src: int, dst: int, size_bytes: int) -> int:
         """Duration of one flow alone in the network."""
         lat, bw, _ = self._alpha_beta(src, dst)

@@ -7,10 +7,11 @@ link ``l`` (bandwidth ``bw``, latency ``lat``) a flow of ``S`` bytes that starts
 
 - its head (first chunk) reaches the next vertex at ``t + comm(c)``, where it queues for the next
   link (``comm(x) = lat + x / bw``, ``ser(x) = x / bw``, each rounded once);
-- the link is released at ``max(t + ser(S), a_prev + ser(c))`` (the last chunk cannot leave
-  before it has arrived);
-- its tail reaches the next vertex at ``max(t + comm(S), a_prev + comm(c))``; the flow completes
-  when its tail reaches the destination.
+- the link is released at ``t + ser(S)``: the flow uses the link for its own serialisation time
+  (its bytes' share of the link), also when a slower upstream link feeds it more slowly, so a fast
+  link shared by slow flows carries them one after another at its own rate, as a fluid would;
+- its tail reaches the next vertex at ``max(t + comm(S), a_prev + comm(c))`` (the last chunk
+  cannot leave before it has arrived); the flow completes when its tail reaches the destination.
 
 So a message crossing ``k`` equal links costs ``k lat + (S + (k-1) c) / bw`` (NCCL's chunk
 pipeline), not ``k (lat + S / bw)`` (whole-message store and forward).  With ``chunk_bytes=0``, or
@@ -44,13 +45,13 @@ DEFAULT_CHUNK_BYTES = 128 << 10
 
 
 class _Rec:
-    """One flow's route and its per-hop delays: whole message (ser, comm), one chunk (cser, ccomm)."""
+    """One flow's route and its per-hop delays: whole message (ser, comm), one chunk (ccomm)."""
 
-    __slots__ = ("fid", "links", "ser", "comm", "cser", "ccomm", "nh")
+    __slots__ = ("fid", "links", "ser", "comm", "ccomm", "nh")
 
     def __init__(self, fid: int, hops: tuple) -> None:
         self.fid = fid
-        self.links, self.ser, self.comm, self.cser, self.ccomm = hops
+        self.links, self.ser, self.comm, self.ccomm = hops
         self.nh = len(self.links)
 
 
@@ -100,9 +101,8 @@ class AnalyticalCongestionAwareBackend(SpeculativeBackend):
             bw, lat = self._bw, self._lat
             ser = tuple(to_ns(s / bw[l], r) for l in links)
             comm = tuple(to_ns(lat[l] + s / bw[l], r) for l in links)
-            cser = tuple(to_ns(c / bw[l], r) for l in links)
             ccomm = tuple(to_ns(lat[l] + c / bw[l], r) for l in links)
-            hit = (links, ser, comm, cser, ccomm)
+            hit = (links, ser, comm, ccomm)
             if len(self._hops) < 1 << 20:
                 self._hops[key] = hit
         return hit
@@ -170,12 +170,11 @@ class AnalyticalCongestionAwareBackend(SpeculativeBackend):
                     continue
             # transmit rec's hop h on link at t: the head (or tail) event first, then the release
             busy[link] = True
+            free_t = t + rec.ser[h]
             if h == 0:
                 tail_next = t + rec.comm[0]
-                free_t = t + rec.ser[0]
             else:
                 tail_next = max(t + rec.comm[h], tail + rec.ccomm[h])
-                free_t = max(t + rec.ser[h], tail + rec.cser[h])
             seq += 1
             if h + 1 == rec.nh:
                 push(heap, (tail_next, seq, _DONE, rec, h + 1, tail_next))

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 WORKER_ARGV = (sys.executable, "-m", "xsim_trace.network.ns3_worker")
 
 INSTALL_HINT = "the ns3 backend needs the optional NS-3 bindings: pip install -e .[ns3]"
+#: ns3_unusable_reason when the package is absent (the error then is INSTALL_HINT alone)
+NOT_INSTALLED = "ns3 extra not installed"
 
 
 def _env_seconds(name: str, default: float) -> float:
@@ -60,7 +62,7 @@ def ns3_unusable_reason() -> str | None:
     that takes seconds)."""
     spec = importlib.util.find_spec("ns3")
     if spec is None:
-        return "ns3 extra not installed (pip install -e .[ns3])"
+        return NOT_INSTALLED
     # ns3 3.44's library search drops every library whose real path contains "test" (it means to skip
     # ns-3's test libraries), so an install below e.g. /tmp/ci_test/ finds no modules and fails to import.
     locations = list(spec.submodule_search_locations or []) or [spec.origin or ""]
@@ -375,7 +377,7 @@ class Ns3Backend:
     def __init__(self, topology: Any, config: Ns3Config | None = None) -> None:
         reason = ns3_unusable_reason()
         if reason is not None:
-            raise BackendError(f"{INSTALL_HINT} ({reason})")
+            raise BackendError(INSTALL_HINT if reason == NOT_INSTALLED else f"the ns3 backend cannot run here: {reason}")
         self.config = config or Ns3Config()
         self.topology = topology
         self.spec = topology_spec(topology)

@@ -108,6 +108,24 @@ class TransferPricing(Protocol):
 
 
 @runtime_checkable
+class PortBookedFlows(Protocol):
+    """A flow's completion is fixed when it starts: ``start + to_ns(latency + x)`` where ``x`` is the
+    longest of ``size / bottleneck`` and, on each endpoint port of its route, the port's residual
+    booking ``max(booked - start, 0)`` plus ``size / port_bw``; the port is then booked to
+    ``start + to_ns(that)`` (``rounding``: floor or ceil, as ``_common.to_ns``).  The analytical
+    backend with endpoint sharing; a compiled loop can reproduce it exactly."""
+
+    rounding: str
+    endpoint_sharing: bool
+
+    def flow_route(self, src: int, dst: int) -> tuple[float, float, tuple[int, ...]]:
+        """(sum of latencies ns, bottleneck bytes/ns, endpoint port link ids) of a flow src -> dst."""
+
+    def port_bw_Bpns(self) -> list[float]:
+        """Bandwidth of every link (bytes/ns), by link id."""
+
+
+@runtime_checkable
 class CollectivePricing(Protocol):
     """``capabilities.prices_collectives``: a collective priced whole by a cost model."""
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from xsim_trace.cluster import Cluster, FabricKind, IntraKind, load_cluster
+from xsim_trace.cluster import Cluster, FabricKind, IntraKind
 from xsim_trace.errors import ConfigError
 
 
@@ -325,8 +325,10 @@ def _group_paths(names: list[str], edges: list[tuple[str, str]]) -> dict[tuple[i
     return out
 
 
-def build_topology(cluster: Cluster | str) -> Topology:
-    """The topology of a cluster (or of a cluster file / preset spec)."""
+def build_topology(cluster: Cluster) -> Topology:
+    """The topology of a resolved cluster (``load_cluster(spec)`` reads a file or preset, once, at the
+    boundary; the Cluster travels down)."""
     if not isinstance(cluster, Cluster):
-        cluster = load_cluster(cluster)
+        raise ConfigError(f"expected a resolved Cluster (load_cluster(spec) first), found {type(cluster).__name__} "
+                          f"{cluster!r}", field="cluster")
     return Topology(cluster)

@@ -14,6 +14,8 @@ small helpers (heap, FIFO, transfer-time lookup) are separate functions.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -112,6 +114,27 @@ def _xfer_ns(size_ptr, sizes, times, key, size):
 
 
 @njit(cache=True, nogil=True)
+def _flow_end(now, key, size, size_ptr, sizes, times, booked_mode, k_lat, k_bw, k_pptr, k_ports, port_bw, booked, ceil):
+    """When a p2p flow of ``size`` bytes on ``key`` started at ``now`` lands: ``now`` + its
+    transfer time alone (a contention-free backend), or, on a backend that books endpoint ports
+    (:class:`~xsim_trace.network.protocol.PortBookedFlows`), after its ports have carried it."""
+    if not booked_mode:
+        return now + _xfer_ns(size_ptr, sizes, times, key, size)
+    bw = k_bw[key]
+    if bw == 0.0:
+        return now
+    x = size / bw
+    for j in range(k_pptr[key], k_pptr[key + 1]):
+        p = k_ports[j]
+        y = float(max(booked[p] - now, 0)) + size / port_bw[p]
+        booked[p] = now + (np.int64(math.ceil(y - 1e-9 * abs(y))) if ceil else np.int64(y))
+        if y > x:
+            x = y
+    t = k_lat[key] + x
+    return now + (np.int64(math.ceil(t - 1e-9 * abs(t))) if ceil else np.int64(t))
+
+
+@njit(cache=True, nogil=True)
 def _eager_landed(si, now, sent_at, key, rw_head, rw_tail, ld_head, ld_tail, q_next, peer_of, start, wait,
                   ht, hs, hk, ha, hb, sc):
     """The eager data of send ``si`` (sent at ``sent_at``) is there: a waiting receive takes it and
@@ -136,7 +159,8 @@ def run(ht, hs, hk, ha, hb,  # event heap
         kind, dur, res, indeg, succ_ptr, succ_idx,  # graph
         busy, r_head, r_tail, r_next,  # resources: busy flag, FIFO of waiting nodes
         rank, peer_rank, key, size1, sw_head, sw_tail, rw_head, rw_tail, ld_head, ld_tail, q_next,  # p2p matching
-        size_ptr, sizes, times,  # p2p transfer time per (key, size)
+        size_ptr, sizes, times,  # p2p transfer time per (key, size) on a contention-free backend
+        booked_mode, k_lat, k_bw, k_pptr, k_ports, port_bw, booked, ceil,  # or: endpoint-port booking
         inst_of, arrived, inst_ptr, inst_nodes, inst_off, inst_priced,  # collectives
         work, sc, delay, eager, budget):
     """Run until nothing is left (returns 0) or ``budget`` events were handled (returns 1).
@@ -193,13 +217,13 @@ def run(ht, hs, hk, ha, hb,  # event heap
                     sc[S_FID] += 1
                     sc[S_FLOWS] += 1
                     sc[S_FSIZE] = _push(ft, ff, fk, fa, fb, sc[S_FSIZE],
-                                        now + _xfer_ns(size_ptr, sizes, times, key[a], size1[a]), fid, FL_EAGER, a, now)
+                                        _flow_end(now, key[a], size1[a], size_ptr, sizes, times, booked_mode, k_lat, k_bw, k_pptr, k_ports, port_bw, booked, ceil), fid, FL_EAGER, a, now)
                 else:  # -- p2p: a delayed rendezvous pair moves its data
                     fid = sc[S_FID]
                     sc[S_FID] += 1
                     sc[S_FLOWS] += 1
-                    t_x = _xfer_ns(size_ptr, sizes, times, key[a], max(size1[a], size1[b]))
-                    sc[S_FSIZE] = _push(ft, ff, fk, fa, fb, sc[S_FSIZE], now + t_x, fid, FL_RDV, a, b)
+                    t_end = _flow_end(now, key[a], max(size1[a], size1[b]), size_ptr, sizes, times, booked_mode, k_lat, k_bw, k_pptr, k_ports, port_bw, booked, ceil)
+                    sc[S_FSIZE] = _push(ft, ff, fk, fa, fb, sc[S_FSIZE], t_end, fid, FL_RDV, a, b)
             elif sc[S_FSIZE] > 0:  # -- network: every flow finishing now lands, in flow id order
                 now = ft[0]
                 while sc[S_FSIZE] > 0 and ft[0] <= now:
@@ -255,7 +279,7 @@ def run(ht, hs, hk, ha, hb,  # event heap
                         sc[S_FID] += 1
                         sc[S_FLOWS] += 1
                         sc[S_FSIZE] = _push(ft, ff, fk, fa, fb, sc[S_FSIZE],
-                                            now + _xfer_ns(size_ptr, sizes, times, q, size1[i]), fid, FL_EAGER, i, now)
+                                            _flow_end(now, q, size1[i], size_ptr, sizes, times, booked_mode, k_lat, k_bw, k_pptr, k_ports, port_bw, booked, ceil), fid, FL_EAGER, i, now)
                 elif ld_head[q] >= 0:  # a receive whose data is already there ends now
                     si = _fifo_pop(ld_head, ld_tail, q_next, q)
                     peer_of[i] = si
@@ -293,5 +317,5 @@ def run(ht, hs, hk, ha, hb,  # event heap
                         fid = sc[S_FID]
                         sc[S_FID] += 1
                         sc[S_FLOWS] += 1
-                        t_x = _xfer_ns(size_ptr, sizes, times, q, max(size1[si], size1[ri]))
-                        sc[S_FSIZE] = _push(ft, ff, fk, fa, fb, sc[S_FSIZE], now + t_x, fid, FL_RDV, si, ri)
+                        t_end = _flow_end(now, q, max(size1[si], size1[ri]), size_ptr, sizes, times, booked_mode, k_lat, k_bw, k_pptr, k_ports, port_bw, booked, ceil)
+                        sc[S_FSIZE] = _push(ft, ff, fk, fa, fb, sc[S_FSIZE], t_end, fid, FL_RDV, si, ri)

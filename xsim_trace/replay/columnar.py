@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from xsim_trace.errors import GraphError
-from xsim_trace.graph.bounds import check_bounds, columns_in_bounds
+from xsim_trace.graph.bounds import check_bounds
 from xsim_trace.graph import attrs as A
-from xsim_trace.graph.kinds import NodeType
+from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import NS_PER_US
-from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns
+from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns_many
 from xsim_trace.io.rankset import COMM_GROUPS_SUFFIX, find_rank_files, read_comm_groups, read_rank_set
 from xsim_trace.replay.compile import (
     _KIND_INDEX,
@@ -57,7 +57,6 @@ def compile_rank_files(
     *,
     drop_missing_deps: bool = False,
     columnar: bool | None = None,
-    on_rank: Callable[[int], None] | None = None,
 ) -> tuple[CompiledWorkload, str]:
     """``(workload, prefix)`` of a rank set on disk, decoded column-wise where possible.
 
@@ -68,15 +67,8 @@ def compile_rank_files(
     if columnar is None:
         columnar = sum(os.path.getsize(p) for p in files.values()) >= COLUMNAR_MIN_BYTES
     if columnar:
-        cols: dict[int, NodeColumns] = {}
-        for rank, path in files.items():
-            c = read_columns(path)
-            if c is None or not columns_in_bounds(c):  # out of bounds: the typed path names the value
-                break
-            cols[rank] = c
-            if on_rank is not None:
-                on_rank(rank)
-        else:
+        cols = read_columns_many([files[r] for r in sorted(files)])
+        if cols is not None:
             try:
                 return compile_columns(cols, groups, drop_missing_deps=drop_missing_deps), prefix
             except _Unsupported as why:
@@ -89,49 +81,47 @@ def compile_rank_files(
 
 
 def compile_columns(
-    cols: Mapping[int, NodeColumns],
+    cols: Mapping[int, NodeColumns] | NodeColumns,
     comm_groups: Mapping[str, tuple[int, ...]] | None = None,
     *,
     drop_missing_deps: bool = False,
 ) -> CompiledWorkload:
-    """The columnar twin of compile_workload; raises _Unsupported where it would differ from it."""
-    ranks = sorted(cols)
-    if not ranks or ranks != list(range(len(ranks))):
-        raise _Unsupported("ranks are not 0..N-1")
-    num_ranks = len(ranks)
+    """The columnar twin of compile_workload; raises _Unsupported where it would differ from it.
+    ``cols``: ``{rank: columns}`` (ranks 0..N-1), or one set of all ranks' columns in rank order
+    with its ``rank_sizes``."""
+    if isinstance(cols, NodeColumns):
+        c, sizes = cols, list(cols.rank_sizes or (len(cols),))
+    else:
+        ranks = sorted(cols)
+        if not ranks or ranks != list(range(len(ranks))):
+            raise _Unsupported("ranks are not 0..N-1")
+        c, sizes = _concat([cols[r] for r in ranks]), [len(cols[r]) for r in ranks]
+    num_ranks = len(sizes)
     comm_groups = {str(k): tuple(sorted({int(r) for r in v})) for k, v in (comm_groups or {}).items()}
-    counts = np.array([len(cols[r]) for r in ranks], np.int64)
+    counts = np.array(sizes, np.int64)
     rank_ptr = np.zeros(num_ranks + 1, np.int64)
     np.cumsum(counts, out=rank_ptr[1:])
     total = int(rank_ptr[-1])
 
-    parts = [_rank_part(r, cols[r], int(rank_ptr[r]), num_ranks, drop_missing_deps) for r in ranks]
-    res = _resources(parts)
-    cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in parts[0] if k not in ("pg_of", "root_of", "ring_of", "res_key", "dep_src", "dep_dst")}
-    src = np.concatenate([p["dep_src"] for p in parts])
-    dst = np.concatenate([p["dep_dst"] for p in parts])
+    node_rank = np.repeat(np.arange(num_ranks, dtype=np.int32), counts)
+    cat = _columns(c, node_rank, rank_ptr, num_ranks)
+    src, dst = _deps(c, node_rank, rank_ptr, drop_missing_deps)
+    res = _resources(cat.pop("res_key"), node_rank, num_ranks)
     order = np.lexsort((dst, src))
     succ_idx = dst[order].astype(np.int32)
     indegree = np.bincount(dst, minlength=total).astype(np.int32) if total else np.zeros(0, np.int32)
     succ_ptr = np.zeros(total + 1, np.int64)
     if total:
         np.cumsum(np.bincount(src, minlength=total), out=succ_ptr[1:])
-    node_rank = np.repeat(np.arange(num_ranks, dtype=np.int32), counts)
     node_id = cat["node_id"]
     if np.any(src >= dst):
         try:
             _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst)
         except GraphError:  # let the typed path name the cycle (it walks the edges in its own order)
             raise _Unsupported("dependency cycle") from None
-    pg_of: dict[int, str] = {}
-    root_of: dict[int, int] = {}
-    ring_of: dict[int, tuple[int, ...]] = {}
-    for p in parts:
-        pg_of.update(p["pg_of"])
-        root_of.update(p["root_of"])
-        ring_of.update(p["ring_of"])
     groups, group_names, instances, coll_instance = _match_collectives(
-        num_ranks, pg_of, node_rank, node_id, cat["comm_type"], cat["comm_size"], comm_groups, root_of, ring_of
+        num_ranks, cat["pg_of"], node_rank, node_id, cat["comm_type"], cat["comm_size"], comm_groups,
+        cat["root_of"], cat["ring_of"]
     )
     return CompiledWorkload(
         num_ranks=num_ranks, rank_ptr=rank_ptr, node_rank=node_rank, node_id=node_id,
@@ -139,13 +129,51 @@ def compile_columns(
         resource=res["resource"], indegree=indegree, succ_ptr=succ_ptr, succ_idx=succ_idx,
         comm_size=cat["comm_size"], comm_type=cat["comm_type"], comm_peer=cat["comm_peer"], comm_tag=cat["comm_tag"],
         comm_kind=cat["comm_kind"], coll_instance=coll_instance,
-        names=NameTable.concat([cols[r].names for r in ranks]),  # type: ignore[arg-type]
+        names=c.names,
         resource_rank=res["rank"], resource_tid=res["tid"], resource_role=res["role"], resource_label=res["label"],
         groups=groups, group_names=group_names, instances=instances,
     )
 
 
-def _check_bounds(c: NodeColumns) -> None:
+def _concat(parts: list[NodeColumns]) -> NodeColumns:
+    """All ranks' columns as one (positions and dep pointers made global)."""
+    if len(parts) == 1:
+        return parts[0]
+    sizes = [len(p) for p in parts]
+    bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    dep_bases = np.concatenate([[0], np.cumsum([len(p.deps) for p in parts])]).astype(np.int64)
+    dep_ptr = np.concatenate([p.dep_ptr[:-1] + dep_bases[i] for i, p in enumerate(parts)] + [dep_bases[-1:]])
+
+    def merged(attr: str) -> dict:
+        out: dict = {}
+        for i, p in enumerate(parts):
+            d = getattr(p, attr)
+            if d:
+                base = int(bases[i])
+                out.update({base + k: v for k, v in d.items()})
+        return out
+
+    return NodeColumns(
+        source=None, node_id=np.concatenate([p.node_id for p in parts]),
+        node_type=np.concatenate([p.node_type for p in parts]),
+        duration_micros=np.concatenate([p.duration_micros for p in parts]),
+        names=NameTable.concat([p.names for p in parts]), dep_ptr=dep_ptr,
+        deps=np.concatenate([p.deps for p in parts]), ivals=np.concatenate([p.ivals for p in parts]),
+        ihas=np.concatenate([p.ihas for p in parts]), pg_name=merged("pg_name"), comm_kind=merged("comm_kind"),
+        ring_order=merged("ring_order"),
+    )
+
+
+def _per_rank_sum(v: np.ndarray, rank_ptr: np.ndarray) -> np.ndarray:
+    """Exact per-rank sums of non-negative values below 2**53 (as Python-size ints in an object array)."""
+    out = []
+    for part in (v >> 20, v & ((1 << 20) - 1)):
+        cs = np.concatenate([[0], np.cumsum(part)])
+        out.append(cs[rank_ptr[1:]] - cs[rank_ptr[:-1]])
+    return out[0].astype(object) * (1 << 20) + out[1].astype(object)
+
+
+def _check_bounds(c: NodeColumns, rank_ptr: np.ndarray) -> None:
     """Refuse (to the typed path, which words the error) what graph.bounds.check_bounds refuses."""
     from xsim_trace.graph import bounds as B  # noqa: PLC0415
 
@@ -159,29 +187,21 @@ def _check_bounds(c: NodeColumns) -> None:
     dur, has_dur = c.int_attr(A.DURATION_NS)
     if np.any(~has_dur & (c.duration_micros > B.MAX_DURATION_MICROS)):
         raise _Unsupported("duration_micros out of bounds")
-    total = _exact_sum(np.where(has_dur, dur, c.duration_micros * NS_PER_US))
     size, _ = c.int_attr(A.COMM_SIZE)
     t = c.node_type
     comm = (t == _SEND) | (t == _RECV) | (t == _COLL)
-    if total > B.MAX_TOTAL_NS or _exact_sum(np.where(comm, size, 0)) > B.MAX_TOTAL_BYTES:
-        raise _Unsupported("totals out of bounds")
+    if max(_per_rank_sum(np.where(has_dur, dur, c.duration_micros * NS_PER_US), rank_ptr), default=0) > B.MAX_TOTAL_NS:
+        raise _Unsupported("total duration out of bounds")
+    if max(_per_rank_sum(np.where(comm, size, 0), rank_ptr), default=0) > B.MAX_TOTAL_BYTES:
+        raise _Unsupported("total size out of bounds")
 
 
-def _exact_sum(v: np.ndarray) -> int:
-    """Sum of non-negative values below 2**53 without int64 overflow."""
-    return int(np.sum(v >> 20)) * (1 << 20) + int(np.sum(v & ((1 << 20) - 1)))
-
-
-def _rank_part(rank: int, c: NodeColumns, base: int, num_ranks: int, drop_missing: bool) -> dict:
-    _check_bounds(c)
+def _columns(c: NodeColumns, node_rank: np.ndarray, rank_ptr: np.ndarray, num_ranks: int) -> dict:
+    """Every per-node column of the compiled workload, and the collective attributes by node."""
+    _check_bounds(c, rank_ptr)
     n = len(c)
-    ids = c.node_id
-    if len(np.unique(ids)) != n:
-        raise _Unsupported("duplicate node id")
     ntype = c.node_type
     dur_ns, has_dur = c.int_attr("duration_ns")
-    if np.any(~has_dur & (c.duration_micros > (np.iinfo(np.int64).max // NS_PER_US))):
-        raise _Unsupported("duration_micros out of range")
     duration = np.where(has_dur, dur_ns, c.duration_micros * NS_PER_US)
     if np.any(duration < 0):
         raise _Unsupported("negative duration")
@@ -192,8 +212,6 @@ def _rank_part(rank: int, c: NodeColumns, base: int, num_ranks: int, drop_missin
 
     size, has_size = c.int_attr("comm_size")
     comm_size = np.where(is_comm & has_size, size, 0)
-    if np.any(comm_size < 0):
-        raise _Unsupported("negative comm_size")
     tag, has_tag = c.int_attr("comm_tag")
     comm_tag = np.where(is_comm & has_tag, tag, 0)
     exec_kind = np.zeros(n, np.int8)
@@ -211,62 +229,70 @@ def _rank_part(rank: int, c: NodeColumns, base: int, num_ranks: int, drop_missin
     ct, has_ct = c.int_attr("comm_type")
     coll = ntype == _COLL
     comm_type = np.where(coll, np.where(has_ct, ct, 0), -1)
-    if np.any(comm_type < np.iinfo(np.int16).min) or np.any(comm_type > np.iinfo(np.int16).max):
-        raise _Unsupported("comm_type out of range")
-    colls = np.flatnonzero(coll)
-    pg_of = {base + i: c.pg_name.get(i, "") for i in colls.tolist()}
+    if np.any(coll & (comm_size == 0) & (comm_type != int(CollectiveType.BARRIER))):
+        # maybe a capture without record_shapes: the typed path keeps such collectives at their
+        # measured duration (an attribute these columns do not decode) and says how many
+        raise _Unsupported("collective without a size")
+    colls = np.flatnonzero(coll).tolist()
     root_v, has_root = c.int_attr("comm_root")
-    root_of = {base + i: int(root_v[i]) for i in np.flatnonzero(coll & has_root).tolist()}
-    ring_of = {base + i: tuple(int(x) for x in c.ring_order[i]) for i in colls.tolist() if len(c.ring_order.get(i, ()))}
-
-    dep_src, dep_dst = _deps(rank, c, base, drop_missing)
     return {
-        "node_id": ids, "node_type": np.where((ntype >= -128) & (ntype < 128), ntype, 0).astype(np.int8),
+        "node_id": c.node_id, "node_type": np.where((ntype >= -128) & (ntype < 128), ntype, 0).astype(np.int8),
         "exec_kind": exec_kind, "duration_ns": duration.astype(np.int64), "comm_size": comm_size.astype(np.int64),
         "comm_type": comm_type.astype(np.int16), "comm_peer": peer.astype(np.int32), "comm_tag": comm_tag.astype(np.int64),
-        "comm_kind": comm_kind, "pg_of": pg_of, "root_of": root_of, "ring_of": ring_of,
-        "res_key": _resource_keys(c, is_comm), "dep_src": dep_src, "dep_dst": dep_dst,
+        "comm_kind": comm_kind,
+        "pg_of": {i: c.pg_name.get(i, "") for i in colls},
+        "root_of": {i: int(root_v[i]) for i in np.flatnonzero(coll & has_root).tolist()},
+        "ring_of": {i: tuple(int(x) for x in c.ring_order[i]) for i in colls if len(c.ring_order.get(i, ()))},
+        "res_key": _resource_keys(c, is_comm, node_rank),
     }
 
 
-def _deps(rank: int, c: NodeColumns, base: int, drop_missing: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Edges (pred, succ) in global indices, one per distinct dependency."""
+_ID_BITS = 32
+
+
+def _deps(c: NodeColumns, node_rank: np.ndarray, rank_ptr: np.ndarray, drop_missing: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Edges (pred, succ) in global indices, one per distinct dependency; a dependency names a node
+    of its own rank.  Node ids are looked up as (rank << 32 | id), so ids must be below 2**32."""
     n = len(c)
+    ids = c.node_id
+    if n and int(ids.max()) >= 1 << _ID_BITS:
+        raise _Unsupported("node ids of 2**32 or more")
+    node_key = (node_rank.astype(np.int64) << _ID_BITS) | ids
+    order = np.argsort(node_key, kind="stable")
+    sorted_keys = node_key[order]
+    if n and np.any(sorted_keys[1:] == sorted_keys[:-1]):
+        raise _Unsupported("duplicate node id")
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(c.dep_ptr))
-    order = np.argsort(c.node_id, kind="stable")
-    sorted_ids = c.node_id[order]
-    pos = np.searchsorted(sorted_ids, c.deps)
+    small = c.deps < (1 << _ID_BITS)
+    dep_key = (node_rank[owner].astype(np.int64) << _ID_BITS) | np.where(small, c.deps, 0)
+    pos = np.searchsorted(sorted_keys, dep_key)
     pos_c = np.minimum(pos, max(n - 1, 0))
-    found = (pos < n) & (sorted_ids[pos_c] == c.deps) if n else np.zeros(len(c.deps), bool)
-    if not found.all():
-        if not drop_missing:
-            raise _Unsupported("dependency on a node not in the trace")
-    pred = order[pos_c]
-    owner, pred = owner[found], pred[found]
+    found = small & (pos < n) & (sorted_keys[pos_c] == dep_key) if n else np.zeros(len(c.deps), bool)
+    if not found.all() and not drop_missing:
+        raise _Unsupported("dependency on a node not in the trace")
+    if drop_missing and not found.all():
+        _warn_dropped(c, owner, found, node_rank)
+    pred = order[pos_c][found]
+    owner = owner[found]
     if np.any(pred == owner):
         raise _Unsupported("self dependency")
     if len(owner):
-        pair = np.unique(owner * max(n, 1) + pred)
+        pair = np.sort(owner * max(n, 1) + pred)
+        pair = pair[np.concatenate([[True], pair[1:] != pair[:-1]])]
         owner, pred = pair // max(n, 1), pair % max(n, 1)
-    if drop_missing:
-        # dropped deps are counted once per occurrence after de-duplication, as the typed path does
-        dropped = _dropped_count(c, found)
-        if dropped:
-            log.warning("rank %d: dropped %d dependencies on nodes missing from the trace", rank, dropped)
-    return pred + base, owner + base
+    return pred, owner
 
 
-def _dropped_count(c: NodeColumns, found: np.ndarray) -> int:
-    """Missing deps counted like the typed path: a repeated missing id of one node counts once."""
-    if found.all():
-        return 0
-    owner = np.repeat(np.arange(len(c), dtype=np.int64), np.diff(c.dep_ptr))
-    miss_owner, miss_id = owner[~found], c.deps[~found]
-    return len(np.unique(np.stack([miss_owner, miss_id], 1), axis=0))
+def _warn_dropped(c: NodeColumns, owner: np.ndarray, found: np.ndarray, node_rank: np.ndarray) -> None:
+    """One warning per rank, counting a repeated missing id of one node once (as the typed path)."""
+    miss = np.unique(np.stack([owner[~found], c.deps[~found]], 1), axis=0)
+    per_rank = np.bincount(node_rank[miss[:, 0]], minlength=int(node_rank.max()) + 1)
+    for rank in np.flatnonzero(per_rank).tolist():
+        log.warning("rank %d: dropped %d dependencies on nodes missing from the trace", rank, int(per_rank[rank]))
 
 
-def _resource_keys(c: NodeColumns, is_comm: np.ndarray) -> np.ndarray:
-    """Per node (class, value, role if it creates the resource) of its resource key."""
+def _resource_keys(c: NodeColumns, is_comm: np.ndarray, node_rank: np.ndarray) -> np.ndarray:
+    """Per node (rank, class, value, role if it creates the resource) of its resource key."""
     n = len(c)
     stream, has_stream = c.int_attr("stream")
     tid, has_tid = c.int_attr("tid")
@@ -279,8 +305,8 @@ def _resource_keys(c: NodeColumns, is_comm: np.ndarray) -> np.ndarray:
     cls = np.where(cpu, cpu_cls, cls)
     val = np.where(cls == _CPU_TID, tid, np.where((cls == _CPU_STREAM) | (cls == _STREAM), stream, 0))
     role = np.where(cpu, ROLE_CPU, np.where(is_comm, ROLE_COMM, ROLE_COMPUTE))
-    out = np.empty((n, 3), np.int64)
-    out[:, 0], out[:, 1], out[:, 2] = cls, val, role
+    out = np.empty((n, 4), np.int64)
+    out[:, 0], out[:, 1], out[:, 2], out[:, 3] = node_rank, cls, val, role
     return out
 
 
@@ -294,29 +320,28 @@ def _label(cls: int, val: int) -> str:
     return "comm" if cls == _COMM else "compute"
 
 
-def _resources(parts: list[dict]) -> dict:
-    """Global resource ids: per rank, in order of first use (as compile_workload assigns them)."""
-    resource, res_rank, res_tid, res_role, res_label = [], [], [], [], []
-    nres = 0
-    for rank, p in enumerate(parts):
-        keys = p["res_key"]
-        if not len(keys):
-            resource.append(np.zeros(0, np.int32))
-            continue
-        uniq, first, inv = np.unique(keys[:, :2], axis=0, return_index=True, return_inverse=True)
-        by_first = np.argsort(first, kind="stable")
-        local = np.empty(len(uniq), np.int64)
-        local[by_first] = np.arange(len(uniq))
-        resource.append((local[inv.reshape(-1)] + nres).astype(np.int32))
-        for j in by_first.tolist():
-            cls, val = int(uniq[j, 0]), int(uniq[j, 1])
-            res_rank.append(rank)
-            res_tid.append(int(local[j]))
-            res_role.append(int(keys[first[j], 2]))
-            res_label.append(_label(cls, val))
-        nres += len(uniq)
+def _resources(keys: np.ndarray, node_rank: np.ndarray, num_ranks: int) -> dict:
+    """Global resource ids: by rank, and within a rank in order of first use (as compile_workload)."""
+    if not len(keys):
+        return {"resource": np.zeros(0, np.int32), "rank": np.zeros(0, np.int32), "tid": np.zeros(0, np.int32),
+                "role": np.zeros(0, np.int8), "label": ()}
+    order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))  # stable: a group's first is its first use
+    sk = keys[order, :3]
+    new_group = np.concatenate([[True], np.any(sk[1:] != sk[:-1], axis=1)])
+    group = np.cumsum(new_group) - 1  # per sorted node: its key's group
+    first = order[new_group]  # per group: the node that uses it first
+    by_first = np.argsort(first, kind="stable")  # rank-major, since ranks' nodes are contiguous
+    rid = np.empty(len(first), np.int64)
+    rid[by_first] = np.arange(len(first))
+    resource = np.empty(len(keys), np.int64)
+    resource[order] = rid[group]
+    firsts = first[by_first]
+    res_rank = keys[firsts, 0]
+    starts = np.searchsorted(res_rank, np.arange(num_ranks))
+    tid = np.arange(len(firsts)) - starts[res_rank]
+    labels = tuple(_label(int(a), int(b)) for a, b in keys[firsts, 1:3].tolist())
     return {
-        "resource": np.concatenate(resource) if resource else np.zeros(0, np.int32),
-        "rank": np.asarray(res_rank, np.int32), "tid": np.asarray(res_tid, np.int32),
-        "role": np.asarray(res_role, np.int8), "label": tuple(res_label),
+        "resource": resource.astype(np.int32),
+        "rank": res_rank.astype(np.int32), "tid": tid.astype(np.int32),
+        "role": keys[firsts, 3].astype(np.int8), "label": labels,
     }

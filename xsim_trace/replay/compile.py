@@ -132,6 +132,7 @@ def compile_workload(
     pg_of: dict[int, str] = {}  # global index -> pg name, for collectives
     root_of: dict[int, int] = {}  # global index -> comm_root rank, where given
     ring_of: dict[int, tuple[int, ...]] = {}  # global index -> ring_order ranks, where given
+    unsized = 0  # collectives without a size kept at their measured duration
 
     res_rank: list[int] = []
     res_tid: list[int] = []
@@ -217,6 +218,11 @@ def compile_workload(
                     if peer is None:
                         raise GraphError("recv without comm_src", file=trace.source, rank=rank, node=node.id, field=A.COMM_SRC)
                     comm_peer[g] = int(peer)
+                elif _unsized_collective(a, comm_size[g]):
+                    # no size (a capture without record_shapes): keep the kernel's measured duration
+                    exec_kind[g] = K_TIMED
+                    duration[g] = int(a[A.MEASURED_DURATION_NS])
+                    unsized += 1
                 else:
                     exec_kind[g] = K_COLL
                     ct = a.get(A.COMM_TYPE)
@@ -245,7 +251,8 @@ def compile_workload(
                     dropped += 1
                     continue
                 if p is None:
-                    raise GraphError(f"depends on node {d}, which is not in the trace", file=trace.source, rank=rank, node=node.id)
+                    raise GraphError(f"depends on node {d}, which is not in the trace (--drop-missing-deps drops such "
+                                     "dependencies with a warning)", file=trace.source, rank=rank, node=node.id)
                 if p == g:
                     raise GraphError("node depends on itself (a cycle)", file=trace.source, rank=rank, node=node.id)
                 dep_src.append(p)
@@ -268,6 +275,9 @@ def compile_workload(
         _check_acyclic(total, indegree, succ_ptr, succ_idx, node_rank, node_id, src, dst,
                        sources={r: traces[r].source for r in ranks})
 
+    if unsized:
+        log.warning("%s: the capture was taken without record_shapes; they keep their measured duration",
+                    unsized_message(unsized))
     groups, group_names, instances, coll_instance = _match_collectives(
         num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups, root_of, ring_of
     )
@@ -372,6 +382,19 @@ def _instance_layout(pg, seq, members, nodes, ctype, node_rank, node_id, root_of
         if ring == tuple(range(len(members))):
             ring = None
     return root, ring
+
+
+def unsized_message(count: int) -> str:
+    """The one warning for collectives without a size (also written by the converter)."""
+    return f"{count} collective{'s' if count != 1 else ''} {'have' if count != 1 else 'has'} no size"
+
+
+def _unsized_collective(attrs: dict, size_bytes: int) -> bool:
+    """A collective (not a barrier) with no size but a measured duration: a capture without shapes."""
+    if size_bytes != 0 or int(attrs.get(A.COMM_TYPE, 0) or 0) == int(CollectiveType.BARRIER):
+        return False
+    measured = attrs.get(A.MEASURED_DURATION_NS)
+    return measured is not None and int(measured) > 0
 
 
 def _match_collectives(num_ranks, pg_of, node_rank, node_id, comm_type, comm_size, comm_groups, root_of=None, ring_of=None):

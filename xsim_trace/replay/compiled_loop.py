@@ -52,7 +52,22 @@ def _collectives(w: CompiledWorkload, pricer) -> tuple:
     return inst_of, np.zeros(n_inst, np.int64), ptr, nodes, off, priced
 
 
-def _p2p(w: CompiledWorkload, schedules: ScheduleCache) -> tuple:
+def _routes(backend, uniq: np.ndarray) -> tuple:
+    """Per p2p key, the route the backend books (latency, bottleneck, endpoint ports), its link
+    bandwidths, an all-free booking table and the rounding (``PortBookedFlows``)."""
+    lat, bw, ptr, ports = [], [], [0], []
+    for src, dst in uniq[:, :2].tolist():
+        a, b, p = backend.flow_route(int(src), int(dst))
+        lat.append(float(a))
+        bw.append(float(b))
+        ports.extend(int(x) for x in p)
+        ptr.append(len(ports))
+    port_bw = np.asarray(backend.port_bw_Bpns(), np.float64)
+    return (True, np.asarray(lat, np.float64), np.asarray(bw, np.float64), np.asarray(ptr, np.int64),
+            np.asarray(ports, np.int64), port_bw, np.zeros(max(len(port_bw), 1), np.int64), backend.rounding == "ceil")
+
+
+def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool) -> tuple:
     n = w.num_nodes
     kind = w.exec_kind
     is_p2p = (kind == K_SEND) | (kind == K_RECV)
@@ -73,20 +88,32 @@ def _p2p(w: CompiledWorkload, schedules: ScheduleCache) -> tuple:
         size_ptr = np.zeros(n_keys + 1, np.int64)
         np.cumsum(np.bincount(ks[:, 0], minlength=n_keys), out=size_ptr[1:])
         sizes = ks[:, 1].copy()
-        k_src, k_dst = uniq[ks[:, 0], 0], uniq[ks[:, 0], 1]
-        times = schedules.transfer_times(k_src, k_dst, sizes)
+        if booked:
+            times = np.zeros(len(sizes), np.int64)
+        else:  # each (key, size) priced alone: one transfer per call, never a batch
+            times = np.asarray([int(schedules.transfer_times(uniq[k:k + 1, 0], uniq[k:k + 1, 1], np.asarray([z], np.int64))[0])
+                                for k, z in ks.tolist()], np.int64)
     else:
         n_keys = 0
+        uniq = np.zeros((0, 3), np.int64)
         size_ptr = np.zeros(1, np.int64)
         sizes = times = np.zeros(0, np.int64)
     q = max(n_keys, 1)
     heads = [np.full(q, -1, np.int64) for _ in range(6)]
     peer_rank = np.where(is_p2p, peer, -1)
-    return (rank, peer_rank, key, size1, *heads, np.full(n, -1, np.int64), size_ptr, sizes, np.asarray(times, np.int64))
+    if booked:
+        route = _routes(schedules.backend, uniq)
+    else:
+        route = (False, np.zeros(1), np.zeros(1), np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros(1),
+                 np.zeros(1, np.int64), False)
+    return (rank, peer_rank, key, size1, *heads, np.full(n, -1, np.int64), size_ptr, sizes, np.asarray(times, np.int64),
+            *route)
 
 
 def run_compiled(w: CompiledWorkload, schedules: ScheduleCache, settings: ReplaySettings, pricer,
-                 progress: Callable[[int], None] | None = None):
+                 progress: Callable[[int], None] | None = None, booked: bool = False):
+    """``booked``: p2p flows book endpoint ports (the backend is a ``PortBookedFlows``), else each
+    is timed alone (a contention-free backend)."""
     """``(ready, start, end, wait, peer, stats dict)`` of the replay, run by the kernel."""
     k = kernel()
     assert k is not None
@@ -100,7 +127,7 @@ def run_compiled(w: CompiledWorkload, schedules: ScheduleCache, settings: Replay
     graph = (w.exec_kind, w.duration_ns, w.resource, w.indegree.astype(np.int32), w.succ_ptr, w.succ_idx)
     nres = max(w.num_resources, 1)
     resources = (np.zeros(nres, np.int8), np.full(nres, -1, np.int64), np.full(nres, -1, np.int64), np.full(n, -1, np.int64))
-    args = (*heap, *flows, *times, *graph, *resources, *_p2p(w, schedules), *_collectives(w, pricer))
+    args = (*heap, *flows, *times, *graph, *resources, *_p2p(w, schedules, booked), *_collectives(w, pricer))
     work = np.empty(n + 2, np.int64)
     sc = np.zeros(k.N_SCALARS, np.int64)
     delay = np.int64(settings.endpoint_delay_ns)

@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from xsim_trace.errors import GraphError
+from xsim_trace.network.protocol import PortBookedFlows, capabilities_of
 from xsim_trace.replay.collective_pricing import (
     CollectivePricer,
     ScheduleWalkPricer,
@@ -112,14 +113,20 @@ class Engine:
         self.progress = progress
         self.schedules = ScheduleCache(workload, backend, self.settings, self.node_of)
         self.pricer = (pricer or ScheduleWalkPricer(self.schedules, self.settings)) if self.closed_form else None
+        self._booked = False
         self.compiled = self._compiled_applies(compiled)
 
     def _compiled_applies(self, wanted: bool | None) -> bool:
-        """The compiled loop runs the closed-form path only (contention-free backend); by default
+        """The compiled loop runs the closed-form path only; by default
         from :data:`COMPILED_MIN_NODES` nodes on, below which loading it costs more than it saves."""
         if wanted is False or not self.closed_form:
             return False
         if wanted is None and self.w.num_nodes < COMPILED_MIN_NODES:
+            return False
+        # p2p transfers are flows: the kernel times each alone (a contention-free backend) or books
+        # endpoint ports as the backend does (PortBookedFlows: analytical); anything else stays here
+        self._booked = isinstance(self.backend, PortBookedFlows) and not capabilities_of(self.backend).contention_free
+        if not (capabilities_of(self.backend).contention_free or self._booked) and bool(np.any(self.w.exec_kind == K_SEND)):
             return False
         return compiled_kernel() is not None
 
@@ -151,7 +158,7 @@ class Engine:
         )
 
     def _run_compiled(self) -> RawTimes:
-        t, stats = run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress)
+        t, stats = run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked)
         times = NodeTimes(0)
         times.ready, times.start, times.end, times.wait, times.peer = t
         if stats.pop("finished") != self.w.num_nodes:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from xsim_trace.cluster import Cluster
 from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError
+from xsim_trace.network.protocol import NetworkBackend
 from xsim_trace.rewrite.plan import Plan
 from xsim_trace.rewrite.quickreplay import NodeTime
 from xsim_trace.rewrite.rewriter import RewriteResult
@@ -83,7 +85,7 @@ def plan_cluster(plan: Plan, *, intra_latency_ns: float = 250.0, nic_latency_ns:
                               "groups": groups, "links": links}, file=plan.source or None)
 
 
-def make_backend(name: str, cluster: Any) -> Any:
+def make_backend(name: str, cluster: Cluster) -> NetworkBackend:
     """Any backend of the network registry (analytical, analytical-ca, flow, ns3 ...) over ``cluster``."""
     from xsim_trace.network import make_backend as make_named
     from xsim_trace.network.topology import build_topology
@@ -91,15 +93,14 @@ def make_backend(name: str, cluster: Any) -> Any:
     return make_named(name, build_topology(cluster))
 
 
-def engine_times(result: RewriteResult, cluster: Any = None, backend: str = "analytical") -> Mapping[tuple[int, int], NodeTime]:
-    """Per-node times of the engine replay on ``cluster`` (a Cluster, a file / preset name, or
-    None for :func:`plan_cluster` of the result's plan)."""
-    from xsim_trace.cluster import load_cluster
+def engine_times(result: RewriteResult, cluster: Cluster | None = None, backend: str = "analytical") -> Mapping[tuple[int, int], NodeTime]:
+    """Per-node times of the engine replay on a resolved ``cluster`` (None: :func:`plan_cluster` of
+    the result's plan)."""
     from xsim_trace.replay.api import replay
 
     if cluster is None:
         cluster = plan_cluster(result.plan)
-    placed = place_on_cluster(result, load_cluster(cluster) if isinstance(cluster, str) else cluster)
+    placed = place_on_cluster(result, cluster)
     rr = replay(result.traces, make_backend(backend, placed), comm_groups=result.comm_groups, cluster=placed)
     w, t = rr.workload, rr.times
     ranks, ids = w.node_rank.tolist(), w.node_id.tolist()

@@ -48,7 +48,7 @@ def group_simai_lines(plan: Plan, wmodel) -> dict[str, list[str]]:
         n_st, v = len(pipe.stages), plan.chunks
         mbs = plan.model.micro_batch_size
         fw = Framework(tp=st.tp, pp=n_st, vpp=v, dp=plan.dp, micro_batch=mbs,
-                       global_batch=mbs * plan.micro_batches * plan.dp)
+                       global_batch=mbs * plan.micro_batches_of(p) * plan.dp)
         dev = g.spec()
         timer = Timer(dev, LinkModel.for_device(dev, g.devices_per_node, g.nic_gbps), fw)
         chunks = []

@@ -61,6 +61,10 @@ class Metrics:
     def reshard_ns(self) -> int:
         return sum(b.total_ns for b in self.boundaries if b.kind == "reshard")
 
+    def pp_ns(self) -> int:
+        """Stage-to-stage transfer time between stages of equal TP (summed like :meth:`reshard_ns`)."""
+        return sum(b.total_ns for b in self.boundaries if b.kind == "pp")
+
 
 def compute_metrics(traces: Mapping[int, Trace], times: Mapping[tuple[int, int], Any]) -> Metrics:
     span: dict[int, list[int]] = {}

@@ -16,9 +16,17 @@ class ModelSpec:
     micro_batch_size: int = 1
     kv_heads: int = 0  # 0 = same as heads (no GQA)
     gated_mlp: bool = True  # Llama SwiGLU: three ffn matrices instead of two
-    bytes_per_param_state: int = 16  # bf16 weight + grad, fp32 master + Adam moments
-    dtype_bytes: int = 2
+    dtype_bytes: int = 2  # bf16 weights and activations
     name: str = ""
+    #: gradient bytes per parameter as kept and DP-reduced: Megatron accumulates and all-reduces bf16
+    #: models' gradients in fp32 (4, the workload generator's GRAD_BYTES); 2 with bf16 reduction
+    grad_reduce_bytes: int = 4
+    optimizer_bytes_per_param: int = 12  # fp32 master weight + two Adam moments
+
+    @property
+    def bytes_per_param_state(self) -> int:
+        """Weight + gradient + optimizer state per parameter (no sharding)."""
+        return self.dtype_bytes + self.grad_reduce_bytes + self.optimizer_bytes_per_param
 
     @classmethod
     def from_workload(cls, spec, *, micro_batch_size: int = 1, seq_len: int | None = None) -> "ModelSpec":
@@ -50,8 +58,12 @@ class ModelSpec:
         return self.vocab * self.hidden
 
     def layer_grad_bytes(self) -> int:
-        """Bytes of one layer's gradient (what DP all-reduces), unsharded."""
-        return self.layer_params() * self.dtype_bytes
+        """Bytes of one layer's gradient (what DP reduces), unsharded, at ``grad_reduce_bytes``."""
+        return self.layer_params() * self.grad_reduce_bytes
+
+    def embedding_grad_bytes(self) -> int:
+        """Bytes of the embedding (or output layer) gradient, unsharded."""
+        return self.embedding_params() * self.grad_reduce_bytes
 
     def boundary_activation_bytes(self) -> int:
         """Bytes of the hidden state passed between pipeline stages for one micro-batch."""

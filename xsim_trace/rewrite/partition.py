@@ -39,6 +39,9 @@ class PartitionReport:
     ideal: tuple[float, ...]  # shares before rounding
     stage_time_ns: tuple[int, ...]  # (layers + extra) * layer_time per micro-batch
     moves: tuple[Move, ...]
+    rounded: tuple[int, ...] = ()  # per-stage counts of the rounding when evaluation chose others
+    estimate_ns: int = 0  # closed-form pipeline time of the counts (0: not evaluated)
+    rounded_estimate_ns: int = 0  # the same for ``rounded``
 
     @property
     def bottleneck_ns(self) -> int:
@@ -51,7 +54,19 @@ class PartitionReport:
             out.append(f"{name}: layers [{a}, {b}) = {c} (ideal {ideal:.2f}), {t / 1e6:.3f} ms per micro-batch")
         for m in self.moves:
             out.append(f"moved {m.layers} layer(s) from stage {m.from_stage} to {m.to_stage}: {m.reason}")
+        if self.rounded:
+            out.append(f"evaluated: rounding gives {'/'.join(map(str, self.rounded))} "
+                       f"({self.rounded_estimate_ns / 1e6:.2f} ms per pipeline, closed form), the slowest-stage "
+                       f"evaluation picks {'/'.join(map(str, self.stage_counts))} ({self.estimate_ns / 1e6:.2f} ms)")
         return out
+
+    @property
+    def stage_counts(self) -> tuple[int, ...]:
+        """Layers per physical stage (virtual stages folded when ``rounded`` is per physical stage)."""
+        if not self.rounded or len(self.rounded) == len(self.counts):
+            return self.counts
+        p = len(self.rounded)
+        return tuple(sum(self.counts[s::p]) for s in range(p))
 
 
 def largest_remainder(shares: Sequence[Fraction], total: int, minimum: int = 0) -> list[int]:

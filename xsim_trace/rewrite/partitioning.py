@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from xsim_trace.errors import ConfigError
+from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.rewrite.layout import layout
 from xsim_trace.rewrite.partition import PartitionReport, StageCapacity, partition_layers, uniform_partition
 from xsim_trace.rewrite.plan import Plan, PipelinePlan, check_memory, max_layers_in_memory, validate_plan
 from xsim_trace.rewrite.scaling import layer_compute_ns, mean_layer_ns
+from xsim_trace.rewrite.stage_cost import StageCost, best_counts, estimate_ns, exchange_ns, ring_allreduce_ns
 from xsim_trace.rewrite.template_set import Templates, as_template_set
 from xsim_trace.rewrite.templates import ModelTemplate
 
@@ -20,6 +23,129 @@ def _extra(template: ModelTemplate, part, device: str, tp: int, per_layer_ns: in
     if part is None:
         return Fraction(0)
     return Fraction(layer_compute_ns(part, template, device, tp), per_layer_ns)
+
+
+def _tp_collectives_ns(template: ModelTemplate, tp: int, bw_GBps: float) -> float:
+    """A layer's TP collectives (forward + backward) as ring collectives inside the stage."""
+    if tp < 2:
+        return 0.0
+    total = 0.0
+    for o in template.layer(0).fwd + template.layer(0).bwd:
+        if o.kind != "comp":
+            t = ring_allreduce_ns(o.comm_size_bytes, tp, bw_GBps)
+            total += t if o.comm_type == CollectiveType.ALL_REDUCE else t / 2
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """One virtual-stage boundary of a pipeline: the tensor goes forward ``src -> dst`` (stages)
+    and its gradient back; times of one transfer each way (closed form, :func:`exchange_ns`)."""
+
+    src: int
+    dst: int
+    fwd_ns: float
+    bwd_ns: float
+    same_tp: bool
+
+
+def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
+    """The boundaries between consecutive virtual stages on different stages of pipeline ``index``."""
+    tset = as_template_set(templates)
+    pipe = plan.pipelines[index]
+    p, v = len(pipe.stages), plan.chunks
+    probe = replace(plan, pipelines=(pipe,))
+    lay = layout(probe)
+    info = {r.rank: r for r in lay.ranks}
+    first = [info[lay.of(0, s)[0]] for s in range(p)]
+    act = tset.base.activation_bytes
+    out = []
+    for vs in range(1, p * v):
+        a, b = (vs - 1) % p, vs % p
+        if a == b:
+            continue
+        ta, tb = pipe.stages[a].tp, pipe.stages[b].tp
+        bw = first[a].bw_GBps(first[b], probe)
+        ga, gb = plan.group(pipe.stages[a].group).intra_GBps, plan.group(pipe.stages[b].group).intra_GBps
+        out.append(Boundary(a, b, exchange_ns(act, ta, tb, plan.reshard, bw, gather_GBps=gb),
+                            exchange_ns(act, tb, ta, plan.reshard, bw, gather_GBps=ga), ta == tb))
+    return out
+
+
+#: (template, device, tp, layers, intra GB/s) -> (layer ns, pre ns, post ns); templates are kept
+#: alongside (the key holds their id) so an id is never reused while cached
+_LAYER_CACHE: dict[tuple, tuple[ModelTemplate, tuple[float, float, float]]] = {}
+
+
+def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, intra_GBps: float) -> tuple[float, float, float]:
+    key = (id(template), device, tp, layers, intra_GBps)
+    hit = _LAYER_CACHE.get(key)
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    per = mean_layer_ns(template, layers, device, tp) + _tp_collectives_ns(template, tp, intra_GBps)
+    pre = layer_compute_ns(template.pre, template, device, tp) if template.pre is not None else 0.0
+    post = layer_compute_ns(template.post, template, device, tp) if template.post is not None else 0.0
+    if len(_LAYER_CACHE) > 4096:
+        _LAYER_CACHE.clear()
+    _LAYER_CACHE[key] = (template, (per, pre, post))
+    return per, pre, post
+
+
+def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]:
+    """Closed-form cost of each physical stage of pipeline ``index`` (:mod:`.stage_cost`): compute
+    and TP collectives per layer, embedding / head, the boundary transfers it waits for (its
+    forward inputs and backward gradients), memory."""
+    tset = as_template_set(templates)
+    pipe = plan.pipelines[index]
+    p, v, n = len(pipe.stages), plan.chunks, plan.model.num_layers
+    probe = replace(plan, pipelines=(pipe,))
+    comm = [0.0] * p
+    for bd in boundaries(plan, index, tset):
+        comm[bd.dst] += bd.fwd_ns
+        comm[bd.src] += bd.bwd_ns
+    out = []
+    for s, st in enumerate(pipe.stages):
+        g = plan.group(st.group)
+        per, pre, post = _layer_times(tset.for_stage(st.group, st.tp), g.device, st.tp, n, g.intra_GBps)
+        extra = (pre if s == 0 else 0.0) + (post if s == p - 1 else 0.0)
+        out.append(StageCost(per, extra, comm[s], max_layers_in_memory(probe, pipe, s), min_layers=v))
+    return out
+
+
+def _chunked(counts: tuple[int, ...], v: int) -> list[int]:
+    """Per virtual stage counts from per physical stage counts (near-even over the chunks)."""
+    p = len(counts)
+    out = [0] * (p * v)
+    for s, total in enumerate(counts):
+        base, rem = divmod(total, v)
+        for c in range(v):
+            out[c * p + s] = base + (1 if c < rem else 0)
+    return out
+
+
+def _evaluate(plan: Plan, index: int, templates: Templates, report: PartitionReport) -> PartitionReport:
+    """The rounded partition, or the counts the closed form finds faster (slowest stage evaluated
+    with its compute, TP collectives, boundary transfers and memory)."""
+    p, v = len(plan.pipelines[index].stages), plan.chunks
+    costs = stage_costs(plan, index, templates)
+    m = plan.micro_batches_of(index)
+    rounded = tuple(sum(report.counts[s::p]) for s in range(p))
+    rounded_ns = estimate_ns(rounded, costs, m, v)
+    try:
+        best = best_counts(plan.model.num_layers, costs, m, v)
+    except ConfigError:
+        return report  # memory: the rounding's own moves already say why
+    best_ns = estimate_ns(best, costs, m, v)
+    if best_ns >= rounded_ns or best == rounded:
+        return replace(report, estimate_ns=int(rounded_ns))
+    counts = _chunked(best, v)
+    ranges, start = [], 0
+    for c in counts:
+        ranges.append((start, start + c))
+        start += c
+    times = tuple(int(costs[vs % p].time_ns(c)) for vs, c in enumerate(counts))
+    return replace(report, counts=tuple(counts), ranges=tuple(ranges), stage_time_ns=times, rounded=rounded,
+                   estimate_ns=int(best_ns), rounded_estimate_ns=int(rounded_ns))
 
 
 def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -> tuple[PipelinePlan, PartitionReport]:
@@ -47,12 +173,12 @@ def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -
         times = tuple(int((c + float(cap.extra_layer_equiv)) * cap.layer_time_ns) for c, cap in zip(counts, caps))
         report = PartitionReport(tuple(counts), ranges, tuple(float(c) for c in counts), times, ())
     else:
-        report = partition_layers(n, caps)
+        report = _evaluate(plan, index, tset, partition_layers(n, caps))
     chunks_of = [[None] * v for _ in range(p)]
     for vs, rng in enumerate(report.ranges):
         chunks_of[vs % p][vs // p] = rng
     stages = tuple(replace(st, chunks=tuple(chunks_of[s])) for s, st in enumerate(pipe.stages))
-    return PipelinePlan(stages, pipe.name), report
+    return replace(pipe, stages=stages), report
 
 
 def resolve_partition(plan: Plan, template: Templates, *, memory: bool = True) -> tuple[Plan, tuple[PartitionReport, ...]]:

@@ -8,6 +8,8 @@ chunk); stages without layers are filled by the plan's ``partition`` (``auto`` o
 
 from __future__ import annotations
 
+import difflib
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +24,11 @@ from xsim_trace.rewrite.reshard import ReshardStrategy
 from xsim_trace.rewrite.schedules import Schedule
 
 DP_STRATEGIES = ("lcm-rings", "single-ring")
+
+
+@functools.lru_cache(maxsize=None)
+def _device_spec(name: str) -> DeviceSpec:
+    return get_device(name)
 RING_ORDERS = ("bandwidth", "as-given")
 PARTITIONS = ("given", "auto", "uniform")
 
@@ -36,7 +43,7 @@ class DeviceGroup:
     nic_gbps: float = 400.0  # per device, inter-node
 
     def spec(self) -> DeviceSpec:
-        return get_device(self.device)
+        return _device_spec(self.device)
 
     @property
     def intra_GBps(self) -> float:
@@ -58,6 +65,7 @@ class StagePlan:
 class PipelinePlan:
     stages: tuple[StagePlan, ...]
     name: str = ""
+    micro_batches: int = 0  # this replica's micro-batches (its share of the global batch); 0 = the plan's
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,7 @@ class Plan:
     reshard: ReshardStrategy = ReshardStrategy.DIRECT
     ring_order: str = "bandwidth"
     partition: str = "given"
+    distributed_optimizer: bool = False  # ZeRO-1: DP reduce-scatters gradients, all-gathers weights
     global_batch: int = 0
     name: str = ""
     source: str = field(default="", compare=False)
@@ -86,6 +95,15 @@ class Plan:
     def dp(self) -> int:
         return len(self.pipelines)
 
+    def micro_batches_of(self, index: int) -> int:
+        """Micro-batches pipeline ``index`` runs per step (its own share, else the plan's)."""
+        return self.pipelines[index].micro_batches or self.micro_batches
+
+    @property
+    def total_micro_batches(self) -> int:
+        """Micro-batches over all replicas: the global batch in micro-batches."""
+        return sum(self.micro_batches_of(i) for i in range(self.dp))
+
     @property
     def needs_partition(self) -> bool:
         return any(not s.chunks for p in self.pipelines for s in p.stages)
@@ -97,10 +115,19 @@ class Plan:
         if partition is not None:
             if partition not in PARTITIONS:
                 raise ConfigError(f"unknown partition {partition!r} (choose {', '.join(PARTITIONS)})", field="partition")
-            pipes = tuple(PipelinePlan(tuple(replace(s, chunks=()) for s in p.stages), p.name) for p in out.pipelines) \
+            pipes = tuple(replace(p, stages=tuple(replace(s, chunks=()) for s in p.stages)) for p in out.pipelines) \
                 if partition != "given" else out.pipelines
             out = replace(out, partition=partition, pipelines=pipes)
         return out
+
+
+PLAN_FIELDS = frozenset({"name", "model", "device_groups", "pipelines", "micro_batches", "global_batch", "schedule",
+                         "chunks", "dp_allreduce", "reshard", "ring_order", "partition", "grad_reduce_dtype",
+                         "distributed_optimizer"})
+GRAD_DTYPES = {"fp32": 4, "bf16": 2}
+GROUP_FIELDS = frozenset({"name", "device", "count", "devices_per_node", "intra_node_GBps", "nic_gbps"})
+PIPELINE_FIELDS = frozenset({"name", "stages", "replicas", "micro_batches"})
+STAGE_FIELDS = frozenset({"group", "tp", "layers"})
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -127,11 +154,23 @@ class _Ctx:
             raise self.err(f"expected {name}, found {v!r}", f"{where}{key}")
         return float(v) if kind is float else v
 
+    def keys(self, m: Mapping[str, Any], known: Any, where: str) -> None:
+        """Refuse a key that is not in ``known``, naming its path and the closest known key."""
+        for key in m:
+            if key not in known:
+                raise self.err(unknown_key_message(str(key), known), f"{where}{key}")
+
     def positive(self, m: Mapping[str, Any], key: str, where: str, default: Any = ...) -> int:
         v = self.get(m, key, where, int, default)
         if v is not None and v < 1:
             raise self.err(f"expected a positive integer, found {v}", f"{where}{key}")
         return v
+
+
+def unknown_key_message(key: str, known: Any) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
+    return f"unknown field {key!r} ({hint})"
 
 
 _MODEL_FIELDS = {"num_layers": int, "hidden": int, "heads": int, "ffn_hidden": int, "vocab": int, "seq_len": int,
@@ -151,8 +190,10 @@ def _model(c: _Ctx, m: Any) -> ModelSpec:
             spec = ModelSpec.from_workload(get_model(c.get(m, "preset", "model.", str)))
         except ConfigError as exc:
             raise c.err(exc.message, "model.preset") from None
-        base = {k: getattr(spec, k) for k in ModelSpec.__slots__ if k not in ("bytes_per_param_state", "dtype_bytes")}
+        base = {k: getattr(spec, k) for k in ModelSpec.__slots__
+                if k not in ("dtype_bytes", "grad_reduce_bytes", "optimizer_bytes_per_param")}
         m = {k: v for k, v in m.items() if k != "preset"}
+    c.keys(m, set(_MODEL_FIELDS) | {"gated_mlp", "name", "preset"}, "model.")
     kw: dict[str, Any] = {k: v for k, v in base.items() if k != "name"}
     for key in _MODEL_FIELDS:
         required = key in ("num_layers", "hidden", "heads", "ffn_hidden") and key not in base
@@ -162,9 +203,6 @@ def _model(c: _Ctx, m: Any) -> ModelSpec:
     if "gated_mlp" in m:
         kw["gated_mlp"] = bool(c.get(m, "gated_mlp", "model.", bool))
     kw["name"] = str(m.get("name", base.get("name", "")))
-    unknown = sorted(set(m) - set(_MODEL_FIELDS) - {"gated_mlp", "name"})
-    if unknown:
-        raise c.err(f"unknown field {unknown[0]!r}", f"model.{unknown[0]}")
     spec = ModelSpec(**kw)
     if spec.kv_heads and spec.heads % spec.kv_heads:
         raise c.err(f"kv_heads {spec.kv_heads} does not divide heads {spec.heads}", "model.kv_heads")
@@ -186,17 +224,18 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
     c = _Ctx(file)
     if not isinstance(data, Mapping):
         raise ConfigError(f"a plan is a mapping, found {type(data).__name__}", file=file)
-    known = {"name", "model", "device_groups", "pipelines", "micro_batches", "global_batch", "schedule", "chunks",
-             "dp_allreduce", "reshard", "ring_order", "partition"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise c.err(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})", unknown[0])
-    model = _model(c, c.get(data, "model", "", Mapping))
+    c.keys(data, PLAN_FIELDS, "")
+    model = _model(c, c.get(data, "model", "", (Mapping, str)))
+    grad_dtype = c.get(data, "grad_reduce_dtype", "", str, "fp32")
+    if grad_dtype not in GRAD_DTYPES:
+        raise c.err(f"unknown gradient dtype {grad_dtype!r} (choose {', '.join(GRAD_DTYPES)})", "grad_reduce_dtype")
+    model = replace(model, grad_reduce_bytes=GRAD_DTYPES[grad_dtype])
     groups: list[DeviceGroup] = []
     for i, g in enumerate(c.get(data, "device_groups", "", list)):
         w = f"device_groups[{i}]."
         if not isinstance(g, Mapping):
             raise c.err(f"expected a mapping, found {g!r}", w[:-1])
+        c.keys(g, GROUP_FIELDS, w)
         name = c.get(g, "name", w, str)
         if any(x.name == name for x in groups):
             raise c.err(f"duplicate device group name {name!r}", w + "name")
@@ -225,11 +264,13 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
         w = f"pipelines[{i}]."
         if not isinstance(p, Mapping):
             raise c.err(f"expected a mapping, found {p!r}", w[:-1])
+        c.keys(p, PIPELINE_FIELDS, w)
         stages = []
         for j, s in enumerate(c.get(p, "stages", w, list)):
             ws = f"{w}stages[{j}]."
             if not isinstance(s, Mapping):
                 raise c.err(f"expected a mapping, found {s!r}", ws[:-1])
+            c.keys(s, STAGE_FIELDS, ws)
             group = c.get(s, "group", ws, str)
             if not any(g.name == group for g in groups):
                 raise c.err(f"unknown device group {group!r} (groups: {', '.join(g.name for g in groups)})", ws + "group")
@@ -246,19 +287,23 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
             stages.append(StagePlan(group=group, tp=tp, chunks=ranges))
         if not stages:
             raise c.err("a pipeline needs at least one stage", w + "stages")
+        own_mb = c.positive(p, "micro_batches", w, None) or 0
         for _ in range(c.positive(p, "replicas", w, 1)):
-            pipelines.append(PipelinePlan(tuple(stages), str(p.get("name", f"p{i}"))))
+            pipelines.append(PipelinePlan(tuple(stages), str(p.get("name", f"p{i}")), own_mb))
     if not pipelines:
         raise c.err("at least one pipeline is needed", "pipelines")
+    every_own = all(p.micro_batches for p in pipelines)
+    plan_mb = c.positive(data, "micro_batches", "", max(p.micro_batches for p in pipelines) if every_own else ...)
     plan = Plan(
         model=model, groups=tuple(groups), pipelines=tuple(pipelines),
-        micro_batches=c.positive(data, "micro_batches", ""),
+        micro_batches=plan_mb,
         schedule=schedule, chunks=chunks,
         dp_allreduce=c.get(data, "dp_allreduce", "", str, "lcm-rings"),
         reshard=ReshardStrategy.parse(c.get(data, "reshard", "", str, "direct"), file=file, field_name="reshard"),
         ring_order=c.get(data, "ring_order", "", str, "bandwidth"),
         partition=partition if partition != "given" or not any(not s.chunks for p in pipelines for s in p.stages) else "auto",
         global_batch=c.get(data, "global_batch", "", int, 0),
+        distributed_optimizer=c.get(data, "distributed_optimizer", "", bool, False),
         name=str(data.get("name", Path(file).stem)),
         source=file,
     )
@@ -306,15 +351,18 @@ def validate_plan(plan: Plan, *, memory: bool = True) -> None:
             raise ConfigError(f"device group {g.name!r} is over-subscribed: stages use {used[g.name]} of its {g.count} devices",
                               file=file, field=f"device_groups[{k}].count")
     mbs = m.micro_batch_size
-    if plan.global_batch and plan.global_batch != plan.micro_batches * mbs * plan.dp:
-        raise ConfigError(
-            f"global_batch {plan.global_batch} != micro_batches {plan.micro_batches} x micro_batch_size {mbs} x DP {plan.dp}",
-            file=file, field="global_batch")
+    if plan.global_batch and plan.global_batch != plan.total_micro_batches * mbs:
+        shares = " + ".join(str(plan.micro_batches_of(i)) for i in range(plan.dp))
+        what = (f"micro_batches {plan.micro_batches} x micro_batch_size {mbs} x DP {plan.dp}"
+                if len(set(plan.micro_batches_of(i) for i in range(plan.dp))) == 1
+                else f"micro-batches ({shares}) x micro_batch_size {mbs}")
+        raise ConfigError(f"global_batch {plan.global_batch} != {what}", file=file, field="global_batch")
     if plan.schedule is Schedule.INTERLEAVED:
         for i, pipe in enumerate(plan.pipelines):
-            if len(pipe.stages) > 1 and plan.micro_batches % len(pipe.stages):
+            if len(pipe.stages) > 1 and plan.micro_batches_of(i) % len(pipe.stages):
+                where = f"pipelines[{i}].micro_batches" if pipe.micro_batches else "micro_batches"
                 raise ConfigError(f"interleaved 1F1B needs micro_batches divisible by the {len(pipe.stages)} stages",
-                                  file=file, field="micro_batches")
+                                  file=file, field=where)
     if memory and not plan.needs_partition:
         check_memory(plan)
 
@@ -341,9 +389,10 @@ def check_coverage(plan: Plan, index: int) -> None:
         raise ConfigError(what, file=file, field=f"pipelines[{index}].stages")
 
 
-def in_flight_microbatches(plan: Plan, stage: int, num_stages: int) -> int:
-    """Micro-batches whose activations a stage holds at its peak under the schedule."""
-    m = plan.micro_batches
+def in_flight_microbatches(plan: Plan, stage: int, num_stages: int, micro_batches: int | None = None) -> int:
+    """Micro-batches whose activations a stage holds at its peak under the schedule (``micro_batches``:
+    the pipeline's own count, default the plan's)."""
+    m = micro_batches or plan.micro_batches
     if plan.schedule is Schedule.GPIPE:
         return m
     if plan.schedule is Schedule.ONE_F_ONE_B:
@@ -357,8 +406,8 @@ class StageMemoryParts:
 
     params: int  # parameters on one device (TP shard)
     weights_bytes: int  # bf16 weights
-    grads_bytes: int  # bf16 gradients
-    optimizer_bytes: int  # fp32 master copy + Adam moments (the rest of bytes_per_param_state)
+    grads_bytes: int  # gradients at the model's grad_reduce_bytes (fp32 by default)
+    optimizer_bytes: int  # fp32 master copy + Adam moments (over DP with the distributed optimizer)
     activations_bytes: int
 
     @property
@@ -376,13 +425,15 @@ def stage_memory_parts(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: i
         params += m.embedding_params()
     if stage == len(pipe.stages) - 1:
         params += m.embedding_params()
-    state = params * m.bytes_per_param_state // st.tp
     weights = params * m.dtype_bytes // st.tp
-    grads = params * m.dtype_bytes // st.tp
-    inflight = in_flight_microbatches(plan, stage, len(pipe.stages))
+    grads = params * m.grad_reduce_bytes // st.tp
+    optimizer = params * m.optimizer_bytes_per_param // st.tp
+    if plan.distributed_optimizer:
+        optimizer //= plan.dp  # sharded over the data-parallel replicas (ZeRO-1)
+    inflight = in_flight_microbatches(plan, stage, len(pipe.stages), pipe.micro_batches or None)
     per_chunk_layers = layers / max(1, plan.chunks)
     act = int(inflight * per_chunk_layers * m.layer_activation_bytes(st.tp))
-    return StageMemoryParts(params // st.tp, weights, grads, state - weights - grads, act)
+    return StageMemoryParts(params // st.tp, weights, grads, optimizer, act)
 
 
 def stage_memory_bytes(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: int | None = None) -> int:
@@ -416,7 +467,7 @@ def check_memory(plan: Plan) -> None:
 
 
 __all__ = [
-    "DeviceGroup", "Plan", "PipelinePlan", "StageMemoryParts", "StagePlan", "check_coverage", "check_memory",
+    "DeviceGroup", "PLAN_FIELDS", "Plan", "PipelinePlan", "StageMemoryParts", "StagePlan", "check_coverage", "check_memory",
     "load_plan", "max_layers_in_memory", "plan_from_mapping", "read_plan_document", "stage_memory_bytes",
     "stage_memory_parts", "validate_plan", "virtual_stages",
 ]

@@ -5,8 +5,8 @@ that rank on a device of some group.  :func:`device_mismatches` lists the ranks 
 differ; :func:`retarget` rescales every device compute kernel of those ranks to the cluster's
 device by its kernel class (``kernel_class`` attribute, else :func:`classify_kernel` on its name)
 and, where the node carries them, its FLOPs and HBM bytes (roofline ratio, the measurement's own
-inefficiency kept).  Host (CPU) nodes keep their time; communication nodes keep theirs too, and
-the replay prices collectives and p2p by the network model anyway.
+inefficiency kept).  Host (CPU) nodes keep their time unless a host factor is given; communication
+nodes keep theirs, and the replay prices collectives and p2p by the network model anyway.
 """
 
 from __future__ import annotations
@@ -70,19 +70,34 @@ def metadata_mismatches(metadata: Mapping[int, GlobalMetadata], cluster: Cluster
     return out
 
 
-def _scaled(node, src: DeviceSpec, dst: DeviceSpec):
+def _duration_ns(node) -> int:
     exact = node.attr(A.DURATION_NS)
-    duration = int(exact) if exact is not None else int(node.duration_micros) * NS_PER_US
-    kc = node.attr(A.KERNEL_CLASS) or classify_kernel(node.name).value
-    flops = node.attr(A.FLOPS) or node.attr(A.NUM_OPS) or None
-    nbytes = node.attr(A.BYTES_ACCESSED) or None
-    new = scale_kernel_ns(duration, src, dst, kc, flops=flops, bytes=nbytes)
+    return int(exact) if exact is not None else int(node.duration_micros) * NS_PER_US
+
+
+def _with_duration(node, new: int):
     return dataclasses.replace(node, duration_micros=new // NS_PER_US).with_attrs(**{A.DURATION_NS: new})
 
 
-def retarget(traces: dict[int, Trace], cluster: Cluster, catalog: Catalog | None = None) -> dict[int, Trace]:
+def _scaled(node, src: DeviceSpec, dst: DeviceSpec, host_factor: float):
+    if node.attr(A.IS_CPU_OP, False):
+        return node if host_factor == 1.0 else _with_duration(node, int(round(_duration_ns(node) * host_factor)))
+    if int(node.type) != NodeType.COMP:
+        return node
+    kc = node.attr(A.KERNEL_CLASS) or classify_kernel(node.name).value
+    flops = node.attr(A.FLOPS) or node.attr(A.NUM_OPS) or None
+    nbytes = node.attr(A.BYTES_ACCESSED) or None
+    return _with_duration(node, scale_kernel_ns(_duration_ns(node), src, dst, kc, flops=flops, bytes=nbytes))
+
+
+def retarget(traces: dict[int, Trace], cluster: Cluster, catalog: Catalog | None = None, *,
+             host_factor: float = 1.0) -> dict[int, Trace]:
     """Traces with every mismatched rank's device compute kernels rescaled to the cluster's device
-    and its metadata ``device_name`` set to it; matching ranks are returned unchanged."""
+    and its metadata ``device_name`` set to it; matching ranks are returned unchanged.  Host (CPU)
+    nodes keep their time unless ``host_factor`` (target host time / captured host time: the
+    target machine's CPU and container, which the device catalog does not know) says otherwise."""
+    if not host_factor > 0:
+        raise ConfigError(f"expected a positive host factor, found {host_factor!r}", field="host_factor")
     catalog = catalog or default_catalog()
     out = dict(traces)
     for mm in device_mismatches(traces, cluster, catalog):
@@ -91,10 +106,7 @@ def retarget(traces: dict[int, Trace], cluster: Cluster, catalog: Catalog | None
                               f"(known: {', '.join(catalog.names())})", rank=mm.rank, field=A.META_DEVICE)
         src, dst = catalog.get(mm.captured), catalog.get(mm.cluster)
         trace = traces[mm.rank]
-        nodes = tuple(
-            _scaled(n, src, dst) if int(n.type) == NodeType.COMP and not n.attr(A.IS_CPU_OP, False) else n
-            for n in trace.nodes
-        )
+        nodes = tuple(_scaled(n, src, dst, host_factor) for n in trace.nodes)
         meta = dataclasses.replace(trace.metadata, attrs=set_attrs(trace.metadata.attrs, {A.META_DEVICE: dst.name}))
         out[mm.rank] = dataclasses.replace(trace, nodes=nodes, metadata=meta)
     return out

@@ -12,6 +12,7 @@ COMM_COLL all-reduce per LCM ring, each with its own process group.  Every comm 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -23,7 +24,7 @@ from xsim_trace.rewrite.lcm_rings import lcm_rings
 from xsim_trace.rewrite.partition import PartitionReport
 from xsim_trace.rewrite.partitioning import resolve_partition
 from xsim_trace.rewrite.plan import Plan
-from xsim_trace.rewrite.reshard import ReshardPlan, SenderBalancer, plan_reshard
+from xsim_trace.rewrite.reshard import ReshardPlan, ReshardStrategy, SenderBalancer, plan_reshard
 from xsim_trace.rewrite.rings import order_ring
 from xsim_trace.rewrite.scaling import op_time_ns
 from xsim_trace.rewrite.schedules import PipeOp, stage_ops
@@ -154,12 +155,35 @@ class _Rewriter:
                 nbytes = size // ts
                 self._p2p(s, d, tag, nbytes, "pp", f"{kind}{m}", dict(base, **{A.XFER_PHASE: "pp"}),
                           producer=self.last_compute[s], ex=ex, final=True)
+            self._gather(ex, [list(dsts)], size, "pp", base, f"{kind}{m}")
             return ex
         bal_key = (pipe, v_from, v_to)
         rp = plan_reshard(ts, td, self.plan.reshard, balancer=self.balancers.setdefault(bal_key, SenderBalancer()),
                           total_bytes=size)
         self._reshard(rp, srcs, dsts, size, key, base, ex)
+        g = math.gcd(ts, td)
+        if rp.strategy is ReshardStrategy.BROADCAST:  # each destination holds its cluster's S/G
+            nd = td // g
+            groups = [[dsts[k * nd + j] for k in range(g)] for j in range(nd)]
+        else:  # each destination holds its own S/td shard
+            groups = [list(dsts)]
+        self._gather(ex, groups, size, "reshard", base, f"{kind}{m}")
         return ex
+
+    def _gather(self, ex: _Exchange, groups: list[list[int]], size: int, ckind: str, base: dict, label: str) -> None:
+        """The stage-boundary tensor is replicated on every TP rank of the consumer (its first op
+        needs all of it, no sequence parallelism): each group of destination ranks holding
+        disjoint 1/len(group) parts all-gathers the whole ``size`` bytes once they have arrived."""
+        for members in groups:
+            if len(members) < 2:
+                continue
+            pg = self.groups.get(members)
+            attrs = dict(base)
+            attrs.update({A.COMM_TYPE: int(CollectiveType.ALL_GATHER), A.COMM_SIZE: size, A.PG_NAME: pg,
+                          A.COMM_KIND: ckind, A.STREAM: coll_stream(pg), A.XFER_PHASE: "allgather"})
+            for r in members:
+                deps = [self.last_compute[r], *ex.ready.get(r, [])]
+                ex.ready[r] = [self.b[r].add(f"{ckind}_allgather_{label}_r{r}", NodeType.COMM_COLL, deps, **attrs)]
 
     def _p2p(self, s: int, d: int, tag: int, nbytes: int, ckind: str, label: str, base: dict, *, producer, ex: _Exchange,
              final: bool, send_deps: Iterable[int] = ()) -> int:
@@ -242,11 +266,11 @@ class _Rewriter:
     # -- main --------------------------------------------------------------------------------------
     def run(self) -> None:
         plan = self.plan
-        m, v = plan.micro_batches, plan.chunks
+        v = plan.chunks
         orders = {}
         for p, pipe in enumerate(plan.pipelines):
             for s in range(len(pipe.stages)):
-                orders[(p, s)] = list(stage_ops(plan.schedule, s, len(pipe.stages), m, v))
+                orders[(p, s)] = list(stage_ops(plan.schedule, s, len(pipe.stages), plan.micro_batches_of(p), v))
         # walk ops stage-by-stage in a global order that respects dependencies (the analytic
         # schedule's order), so every exchange's producer exists when it is created
         cursor = {k: 0 for k in orders}
@@ -350,13 +374,21 @@ class _Rewriter:
                 ranks = list(order_ring(in_ring, lambda x, y: info[x].bw_GBps(info[y], plan)))
             pg = self.groups.get(ranks)
             size = ring.size_bytes(grad_bytes)
+            m = plan.model
+            # plain DP all-reduces the gradient; the distributed optimizer reduce-scatters it and
+            # all-gathers the updated weights (at the weights' dtype)
+            steps = ((CollectiveType.ALL_REDUCE, "allreduce", size),) if not plan.distributed_optimizer else (
+                (CollectiveType.REDUCE_SCATTER, "reducescatter", size),
+                (CollectiveType.ALL_GATHER, "allgather", size * m.dtype_bytes // m.grad_reduce_bytes))
             for (p, s, c), r in zip(members, in_ring):
-                self.b[r].add(
-                    f"dp_allreduce_{label}_ring{j}", NodeType.COMM_COLL, [self.last_bwd[(r, c)]],
-                    **{A.COMM_TYPE: int(CollectiveType.ALL_REDUCE), A.COMM_SIZE: size, A.PG_NAME: pg,
-                       A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c,
-                       A.STREAM: coll_stream(pg)},
-                )
+                dep = self.last_bwd[(r, c)]
+                for coll, name, nbytes in steps:
+                    dep = self.b[r].add(
+                        f"dp_{name}_{label}_ring{j}", NodeType.COMM_COLL, [dep],
+                        **{A.COMM_TYPE: int(coll), A.COMM_SIZE: nbytes, A.PG_NAME: pg,
+                           A.COMM_KIND: "dp", A.RING_ORDER: ranks, A.PIPELINE: p, A.PIPE_STAGE: s, A.MODEL_CHUNK: c,
+                           A.STREAM: coll_stream(pg)},
+                    )
 
     def traces(self) -> dict[int, Trace]:
         groups_json = comm_groups_to_json(self.groups.as_dict())
@@ -368,6 +400,7 @@ class _Rewriter:
                 A.META_RANK: r, A.META_WORLD_SIZE: world, A.META_SOURCE: "xsim rewrite", A.META_DEVICE: i.device,
                 A.META_TP: i.tp, A.META_DEVICE_GROUP: i.group, A.PIPELINE: i.pipeline, A.PIPE_STAGE: i.stage,
                 A.META_PLAN: self.plan.name, A.META_COMM_GROUPS: groups_json,
+                A.META_SEQ_LEN: self.plan.model.seq_len, A.META_MICRO_BATCH: self.plan.model.micro_batch_size,
             })
             out[r] = Trace(metadata=meta, nodes=tuple(b.nodes), rank=r)
         return out

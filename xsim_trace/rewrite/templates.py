@@ -151,7 +151,7 @@ def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None
     if indices != list(range(indices[0], indices[0] + len(indices))):
         raise GraphError(f"layer indices are not contiguous: {indices[:6]}...", file=src)
     layers = tuple(LayerTemplate(tuple(fwd.get(i, ())), tuple(bwd.get(i, ())), i) for i in indices)
-    emb_grad = model.embedding_params() * model.dtype_bytes if model is not None else 0
+    emb_grad = model.embedding_grad_bytes() if model is not None else 0
     if model is not None:
         act, grad = model.boundary_activation_bytes(), model.layer_grad_bytes()
     else:
@@ -195,7 +195,7 @@ def templates_from_ops(model: ModelSpec, wmodel, dev, tp: int, source: str) -> M
     def lt(fwd, bwd, layer: int = -1) -> LayerTemplate:
         return LayerTemplate(tuple(_timed(o, dev) for o in fwd), tuple(_timed(o, dev) for o in bwd), layer)
 
-    emb_grad = model.embedding_params() * model.dtype_bytes
+    emb_grad = model.embedding_grad_bytes()
     return ModelTemplate(
         layers=(lt(layer_forward(wmodel, fw), layer_backward(wmodel, fw), 0),),
         device=dev.name, tp=tp, activation_bytes=model.boundary_activation_bytes(),

@@ -6,9 +6,9 @@ plot) is sorted by metric then key, so it does not depend on which run finished 
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import contextlib
+import fcntl
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,10 +19,13 @@ from xsim_trace.errors import ConfigError
 from xsim_trace.sweep.results import RESULTS_FILE, ResultLog
 from xsim_trace.sweep.runners import execute_run
 from xsim_trace.sweep.spec import RunSpec, SweepSpec
+from xsim_trace.sweep.workers import run_in_workers
 
 log = logging.getLogger(__name__)
 
 RAY_HINT = "Ray is an optional extra: pip install -e .[ray]"
+#: held (flock) by the sweep running on a folder; a second sweep on it is refused
+LOCK_FILE = ".sweep.lock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,32 +44,26 @@ class SweepOutcome:
 def _payload(run: RunSpec) -> dict[str, Any]:
     d = run.to_dict()
     d["resolved"] = run.resolved_params()
+    d["limits"] = run.limits.to_dict()
     return d
 
 
-def _pool_init() -> None:
-    # a forked pool child must not talk to the parent's pooled NS-3 workers (their pipes are shared)
-    from xsim_trace.network import ns3_backend  # noqa: PLC0415
-
-    ns3_backend._IDLE.clear()
-
-
-def _run_pool(payloads: list[dict[str, Any]], jobs: int, emit: Callable[[dict[str, Any]], None]) -> None:
-    ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_pool_init) as pool:
-        futures = {pool.submit(execute_run, p): p for p in payloads}
+@contextlib.contextmanager
+def folder_lock(out: Path):
+    """Hold the sweep folder's lock; ConfigError when another sweep holds it."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
         try:
-            for fut in cf.as_completed(futures):
-                try:
-                    emit(fut.result())
-                except cf.process.BrokenProcessPool as exc:
-                    p = futures[fut]
-                    emit({"key": p["key"], "runner": p["runner"], "params": p["params"], "status": "error",
-                          "error": f"worker process died: {exc}", "wall_s": 0.0})
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError("another sweep is running on this folder (it holds .sweep.lock); "
+                              "wait for it or give another -o", file=str(out)) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _run_ray(payloads: list[dict[str, Any]], address: str, jobs: int | None,
@@ -115,14 +112,15 @@ def run_sweep(
     on_plan: Callable[[int, int], None] | None = None,
 ) -> SweepOutcome:
     """Run every run of ``spec`` whose key is not yet in ``out_dir/results.jsonl`` (with
-    ``retry_errors``, failed ones too).  ``jobs``: 1 = in this process, N = a pool of N
-    processes (default: CPU count); ``ray_address``: an address or ``"local"``.
+    ``retry_errors``, failed ones too).  ``jobs``: runs at once (default: CPU count), each in a
+    worker process of its own (:mod:`xsim_trace.sweep.workers`); ``ray_address``: an address or
+    ``"local"``.  The folder is locked for the sweep: a second sweep on it gets a ConfigError.
     ``on_plan(to_run, skipped)`` is called once before running, ``on_record`` per finished run."""
     if jobs is not None and jobs < 1:
         raise ConfigError(f"expected a positive number of jobs, found {jobs}", field="--jobs")
     out = Path(out_dir)
     path = out / RESULTS_FILE
-    with ResultLog(path) as results:
+    with folder_lock(out) as lock_fd, ResultLog(path) as results:
         existing = dict(results.existing)
         todo = [r for r in spec.runs
                 if r.key not in existing or (retry_errors and existing[r.key].get("status") != "ok")]
@@ -141,10 +139,8 @@ def run_sweep(
         if payloads:
             if ray_address:
                 _run_ray(payloads, ray_address, jobs, emit)
-            elif (jobs or os.cpu_count() or 1) == 1 or len(payloads) == 1:
-                for p in payloads:
-                    emit(execute_run(p))
-            else:
-                _run_pool(payloads, min(jobs or os.cpu_count() or 1, len(payloads)), emit)
+            else:  # each run in a worker process of its own, also with -j 1 and a single run left
+                run_in_workers(payloads, min(jobs or os.cpu_count() or 1, len(payloads)), emit,
+                               close_fds=(lock_fd, results.fileno()))
     records = tuple(existing[r.key] for r in spec.runs if r.key in existing)
     return SweepOutcome(spec, path, records, len(todo), skipped)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xsim_trace.cluster import Cluster
 from xsim_trace.errors import XsimError
 from xsim_trace.sweep.backends import close_backend, make_named_backend
 
@@ -34,13 +35,11 @@ def load_workload(prefix: str, *, drop_missing_deps: bool = False) -> Any:
     return compile_checked(rs.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps)
 
 
-def replay_on(backend_name: str, workload: Any, cluster_spec: Any, settings: Any = None) -> ReplayRun:
+def replay_on(backend_name: str, workload: Any, cluster: Cluster, settings: Any = None) -> ReplayRun:
     """Replay a compiled workload over ``make_backend(backend_name, build_topology(cluster))``."""
-    from xsim_trace.cluster import load_cluster  # noqa: PLC0415
     from xsim_trace.network.topology import build_topology  # noqa: PLC0415
     from xsim_trace.replay import replay_compiled  # noqa: PLC0415
 
-    cluster = load_cluster(cluster_spec)
     t0 = time.perf_counter()
     backend = make_named_backend(backend_name, build_topology(cluster))
     t1 = time.perf_counter()
@@ -52,14 +51,14 @@ def replay_on(backend_name: str, workload: Any, cluster_spec: Any, settings: Any
     return ReplayRun(backend_name, int(result.iteration_ns), int(result.stats.flows), t1 - t0, t2 - t1)
 
 
-def compare_replay(prefix: str, cluster_spec: Any, backends: Sequence[str], settings: Any = None, *,
+def compare_replay(prefix: str, cluster: Cluster, backends: Sequence[str], settings: Any = None, *,
                    drop_missing_deps: bool = False) -> tuple[ReplayRun, ...]:
     """The trace at ``prefix`` on each backend; a failing backend is recorded, not fatal."""
     workload = load_workload(prefix, drop_missing_deps=drop_missing_deps)
     runs = []
     for name in backends:
         try:
-            runs.append(replay_on(name, workload, cluster_spec, settings))
+            runs.append(replay_on(name, workload, cluster, settings))
         except XsimError as exc:
             runs.append(ReplayRun(name, 0, 0, 0.0, 0.0, error=str(exc)))
     return tuple(runs)

@@ -83,6 +83,9 @@ class ResultLog:
         self._f.flush()
         os.fsync(self._f.fileno())
 
+    def fileno(self) -> int:
+        return self._f.fileno()
+
     def close(self) -> None:
         self._f.close()
 

@@ -218,7 +218,9 @@ def replay_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     settings = ReplaySettings.from_cli(algos, chunks=p.int("chunks", 1, 1), in_flight=p.int("in_flight", 1, 1),
                                        p2p=p.str("p2p", "eager"))
     workload = load_workload(p.str("trace", ""), drop_missing_deps=bool(params.get("drop_missing_deps", False)))
-    run = replay_on(p.str("backend", "analytical"), workload, p.str("cluster", ""), settings)
+    from xsim_trace.cluster import load_cluster  # noqa: PLC0415
+
+    run = replay_on(p.str("backend", "analytical"), workload, load_cluster(p.str("cluster", "")), settings)
     return {"iteration_ns": run.iteration_ns, "flows": run.flows, "backend_setup_s": round(run.setup_s, 6),
             "replay_s": round(run.run_s, 6)}
 

@@ -33,7 +33,36 @@ from typing import Any, Mapping
 
 from xsim_trace.errors import ConfigError
 
-SPEC_KEYS = ("name", "runner", "metric", "top", "base", "grid", "runs", "description")
+SPEC_KEYS = ("name", "runner", "metric", "top", "base", "grid", "runs", "description", "limits")
+#: parameters that set a run's limits (not passed to the runner, not part of its key)
+LIMIT_PARAMS = {"time_limit_s": "time_s", "memory_limit_mb": "memory_mb"}
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """What a run may use: wall-clock seconds and resident memory (MB) of its worker process;
+    None = no limit.  A run past a limit is killed and recorded as that run's error."""
+
+    time_s: float | None = None
+    memory_mb: float | None = None
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any], file: str | None, where: str) -> RunLimits:
+        values = {}
+        for name in ("time_s", "memory_mb"):
+            v = data.get(name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e9:
+                raise ConfigError(f"expected a positive number below 1e9, found {v!r}", file=file, field=f"{where}.{name}")
+            values[name] = float(v)
+        unknown = [k for k in data if k not in ("time_s", "memory_mb")]
+        if unknown:
+            raise ConfigError(f"unknown limit {unknown[0]!r} (known: time_s, memory_mb)", file=file, field=where)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: v for k, v in (("time_s", self.time_s), ("memory_mb", self.memory_mb)) if v is not None}
 
 
 def _canonical(obj: Any, where: str, file: str | None) -> Any:
@@ -68,6 +97,7 @@ class RunSpec:
     runner: str
     params: Mapping[str, Any]  # canonical JSON types, as written in the spec (the key hashes these)
     base_dir: str | None = None  # relative file parameters are resolved against it when the run executes
+    limits: RunLimits = RunLimits()
 
     def resolved_params(self) -> dict[str, Any]:
         return resolve_paths(dict(self.params), Path(self.base_dir)) if self.base_dir else dict(self.params)
@@ -130,13 +160,19 @@ def spec_from_mapping(data: Any, file: str | None = None, base_dir: str | os.Pat
             if not isinstance(entry, dict):
                 raise ConfigError("expected a mapping of parameters", file=file, field=f"runs[{i}]")
             combos.append({**base, **entry})
+    default_limits = data.get("limits") or {}
+    if not isinstance(default_limits, Mapping):
+        raise ConfigError("expected a mapping {time_s, memory_mb}", file=file, field="limits")
     runs: list[RunSpec] = []
     seen: set[str] = set()
-    for params in combos:
+    for i, params in enumerate(combos):
+        # time_limit_s / memory_limit_mb in base, grid or runs: this run's limits, over the spec's
+        own = {LIMIT_PARAMS[k]: params.pop(k) for k in list(params) if k in LIMIT_PARAMS}
+        limits = RunLimits.parse({**default_limits, **own}, file, "limits" if not own else f"run {i}")
         key = run_key(runner, params)
         if key not in seen:
             seen.add(key)
-            runs.append(RunSpec(key, runner, params, str(base_dir) if base_dir is not None else None))
+            runs.append(RunSpec(key, runner, params, str(base_dir) if base_dir is not None else None, limits))
     varying: list[str] = []
     for params in combos:
         for k in params:

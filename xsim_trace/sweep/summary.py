@@ -62,6 +62,21 @@ def write_summary_json(path: str | os.PathLike[str], records: Sequence[dict[str,
         f.write("\n")
 
 
+def _label(record: dict[str, Any], columns: Sequence[str]) -> str:
+    """The run's varying parameters it sets (a parameter a run leaves out is not shown empty)."""
+    params = record["params"]
+    return ", ".join(f"{c}={_fmt(params[c])}" for c in columns if c in params) or record["key"]
+
+
+def _axis(metric: str, values: Sequence[float]) -> tuple[float, str]:
+    """A time metric (``*_ns``) in ms / us / s by its size; anything else as it is."""
+    if not metric.endswith("_ns"):
+        return 1.0, metric
+    top = max(values, default=0)
+    scale, unit = next(((f, u) for f, u in ((1e9, "s"), (1e6, "ms"), (1e3, "us")) if top >= f), (1.0, "ns"))
+    return scale, f"{metric.removesuffix('_ns')} ({unit})"
+
+
 def plot_best(path: str | os.PathLike[str], records: Sequence[dict[str, Any]], metric: str,
               columns: Sequence[str], top: int) -> None:
     """Horizontal bars of the ``top`` best runs' metric, labelled by their varying parameters."""
@@ -73,13 +88,14 @@ def plot_best(path: str | os.PathLike[str], records: Sequence[dict[str, Any]], m
     best = ranked(records, metric)[:top]
     if not best:
         raise ConfigError(f"nothing to plot: no successful run reports {metric!r}", field="--plot")
-    labels = [", ".join(f"{c}={_fmt(r['params'].get(c, ''))}" for c in columns) or r["key"] for r in best]
+    labels = [_label(r, columns) for r in best]
     values = [_metric(r, metric) for r in best]
+    scale, axis_label = _axis(metric, values)
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(best) + 1.2))
-    ax.barh(range(len(best)), values, color="#4c72b0")
+    ax.barh(range(len(best)), [v / scale for v in values], color="#4c72b0")
     ax.set_yticks(range(len(best)), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(metric)
+    ax.set_xlabel(axis_label)
     ax.set_title(f"best {len(best)} runs by {metric}")
     fig.tight_layout()
     fmt = os.path.splitext(str(path))[1].lstrip(".") or "png"

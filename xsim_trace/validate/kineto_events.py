@@ -19,13 +19,14 @@ from xsim_trace.errors import FormatError
 from xsim_trace.graph.bounds import MAX_WORLD_SIZE
 from xsim_trace.io.json_input import GuardedReader, checked_us
 from xsim_trace.io.sources import Source, resolve_inputs
+from xsim_trace.kineto_names import GPU_CATS, RUNTIME_CATS
 
 _TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 #: Kineto categories of device-side activity
-GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+GPU_CATEGORIES = GPU_CATS
 #: Kineto categories of host-side activity
-RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+RUNTIME_CATEGORIES = RUNTIME_CATS
 
 
 #: one Kineto JSON (plain or gzip), possibly a member of an archive: the io package's input source

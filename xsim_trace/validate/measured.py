@@ -19,6 +19,16 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
+from xsim_trace.nccl_names import (
+    P2P_KERNEL_NAMES,
+    RECV_NAMES,
+    SEND_NAMES,
+    collective_of,
+    dtype_bytes,
+    normalise,
+    parse_kernel_loosely,
+    parse_kernel_name,
+)
 from xsim_trace.validate import intervals as iv
 from xsim_trace.validate.kineto_events import (
     GPU_CATEGORIES,
@@ -35,36 +45,6 @@ log = logging.getLogger(__name__)
 #: Step.number of the span covering every ProfilerStep (``--step all``)
 ALL_STEPS = -1
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_OLD_NCCL = re.compile(r"^ncclKernel_([A-Za-z]+)_([A-Z]+)_([A-Z0-9]+)_")
-_NEW_NCCL = re.compile(r"^ncclDevKernel_([A-Za-z]+)(?:_[A-Za-z0-9]+)*?(?:_([A-Z]+)_([A-Z0-9]+))?\(")
-#: NCCL kernel / 'Collective name' spellings -> xsim collective names (CollectiveType member names,
-#: plus SEND_RECV for the p2p kernel that carries all-to-all and pipeline sends)
-_COLL_NAMES = {
-    "allreduce": "ALL_REDUCE",
-    "reduce": "REDUCE",
-    "allgather": "ALL_GATHER",
-    "_allgather_base": "ALL_GATHER",
-    "allgather_into_tensor_coalesced": "ALL_GATHER",
-    "gather": "GATHER",
-    "scatter": "SCATTER",
-    "broadcast": "BROADCAST",
-    "alltoall": "ALL_TO_ALL",
-    "all_to_all": "ALL_TO_ALL",
-    "alltoallbase": "ALL_TO_ALL",
-    "reducescatter": "REDUCE_SCATTER",
-    "_reduce_scatter_base": "REDUCE_SCATTER",
-    "reduce_scatter_tensor_coalesced": "REDUCE_SCATTER",
-    "barrier": "BARRIER",
-    "sendrecv": "SEND_RECV",
-    "send": "SEND_RECV",
-    "recv": "SEND_RECV",
-}
-#: bytes per element of the dtype names PyTorch writes into the NCCL args
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "byte": 1,
-    "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}
 #: host calls that block until device work finishes
 BLOCKING_CALLS = frozenset(
     {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}
@@ -167,26 +147,31 @@ class RankMeasurement:
         return out
 
 
+def collective_label(word: str) -> str | None:
+    """The collective a name spells, as reported: a CollectiveType member name, SEND_RECV for the
+    point-to-point kernels and ops, or None when unknown."""
+    coll = collective_of(word)
+    if coll is not None:
+        return coll.name
+    key = normalise(word)
+    return "SEND_RECV" if key in SEND_NAMES | RECV_NAMES | P2P_KERNEL_NAMES else None
+
+
 def _parse_nccl_name(name: str) -> tuple[str, str, str]:
-    m = _OLD_NCCL.match(name)
-    if m:
-        coll, algo, proto = m.groups()
-    else:
-        m = _NEW_NCCL.match(name)
-        if not m:
-            return "UNKNOWN", "", ""
-        coll, algo, proto = m.group(1), m.group(2) or "", m.group(3) or ""
-    return _COLL_NAMES.get(coll.lower(), coll.upper()), algo, proto
+    parts = parse_kernel_name(name) or parse_kernel_loosely(name)
+    if parts is None:
+        return "UNKNOWN", "", ""
+    return collective_label(parts.coll) or parts.coll.upper(), parts.algo, parts.proto
 
 
 def _nelems_bytes(args: Mapping, key: str, dtype: str | None) -> int | None:
     n = args.get(key)
-    width = DTYPE_BYTES.get((dtype or "").lower())
+    width = dtype_bytes(dtype)
     if n is None or width is None:
         return None
     try:
         return int(n) * width
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -195,8 +180,8 @@ def nccl_kernel(ordinal: int, ev: Event, launch_ns: int | None) -> NcclKernel:
     coll, algo, proto = _parse_nccl_name(ev.name)
     args = ev.args or {}
     named = args.get("Collective name")
-    if isinstance(named, str) and named.lower() in _COLL_NAMES:
-        coll = _COLL_NAMES[named.lower()]
+    if isinstance(named, str) and collective_label(named) is not None:
+        coll = collective_label(named)
     dtype = args.get("dtype") if isinstance(args.get("dtype"), str) else None
     group = args.get("Group size")
     pg = args.get("Process Group Name")

@@ -12,7 +12,9 @@ import numpy as np
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph import attrs as A
+from xsim_trace.cluster import Cluster
 from xsim_trace.graph.model import Trace
+from xsim_trace.network.protocol import NetworkBackend
 from xsim_trace.validate.compare import Validation, compare
 from xsim_trace.validate.measured import RankMeasurement, measure, peer_waits, shared_clock, start_skew_ns
 from xsim_trace.validate.scenario import mirror_peers
@@ -21,14 +23,7 @@ from xsim_trace.validate.simulate import simulate
 log = logging.getLogger(__name__)
 
 
-def load_cluster(spec: str) -> Any:
-    """A cluster from a YAML/JSON file, or a bundled preset by name (``v100-dgx1``, ``a100-node``...)."""
-    from xsim_trace.cluster import load_cluster as load
-
-    return load(spec)
-
-
-def make_backend(name: str, cluster: Any) -> Any:
+def make_backend(name: str, cluster: Cluster) -> NetworkBackend:
     """The named network backend over ``cluster``'s topology (the network package's registry)."""
     from xsim_trace.network import build_topology
     from xsim_trace.network import make_backend as make_named
@@ -36,7 +31,7 @@ def make_backend(name: str, cluster: Any) -> Any:
     return make_named(name, build_topology(cluster))
 
 
-def collective_model(cluster: Any, backend: str, settings: Any = None) -> tuple[Any, Any]:
+def collective_model(cluster: Cluster, backend: str, settings: Any = None) -> tuple[Any, Any]:
     """``(pricer, settings)``: the NCCL model's pricer when the replay on ``backend`` prices collectives
     with it (the default on a closed-form backend, see :func:`xsim_trace.replay.api.collective_pricer`),
     else None; ``settings`` with the collective model the replay uses."""
@@ -51,7 +46,7 @@ def collective_model(cluster: Any, backend: str, settings: Any = None) -> tuple[
         close_backend(be)
 
 
-def engine_runner(cluster: Any, backend: str = "analytical", settings: Any = None):
+def engine_runner(cluster: Cluster, backend: str = "analytical", settings: Any = None):
     """A ``run(traces, comm_groups)`` for :func:`simulate` over the replay engine."""
     from xsim_trace.network.protocol import close_backend
     from xsim_trace.replay.api import replay
@@ -164,7 +159,7 @@ def merge(validations: list[Validation], name: str | None = None) -> Validation:
 
 def validate_captures(
     spec: str,
-    cluster_spec: Any,
+    cluster: Cluster,
     convert: Callable[[int | None], tuple[Mapping[int, Trace], Mapping[str, tuple[int, ...]]]],
     *,
     backend: str = "analytical",
@@ -176,8 +171,7 @@ def validate_captures(
 ) -> tuple[Validation, dict[int, RankMeasurement]]:
     """Measure ``spec``, convert it with ``convert(step)`` (the converter's front end), replay and compare.
     ``step="all"`` validates every ProfilerStep of the capture in turn and merges the results."""
-    cluster = load_cluster(cluster_spec)
-    cluster_name = str(getattr(cluster, "name", cluster_spec))
+    cluster_name = cluster.name
     pricer, settings = collective_model(cluster, backend, settings)
     runner = engine_runner(cluster, backend, settings)
     label = name or Path(spec.rstrip("/")).name

@@ -93,7 +93,7 @@ def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, timer:
     launches (the framework family's fixed count plus a set per gradient bucket); the family's
     per-iteration host work (data loading, bookkeeping) is added."""
     fw, device, fam = program.fw, timer.device, timer.family
-    dense, expert = program.stage_params(stage)
+    dense, expert = program.stage_trainable_params(stage)
     local = (dense + expert) // (n_dp if fw.zero_stage >= 1 else 1)
     fixed, per_bucket = (fam.optimizer_fixed_launches, fam.optimizer_launches_per_bucket) if fam else (12, 4)
     launches = fixed + per_bucket * buckets + OPT_LAUNCHES_PER_TENSOR * program.stage_param_tensors(stage)
@@ -195,7 +195,7 @@ def estimate(program: Program, timer: Timer) -> Estimate:
     dev = timer.device
     for s in range(pp):
         rank = lay.rank(Coord(0, 0, 0, s))
-        dense, expert = program.stage_params(s)
+        dense, expert = program.stage_trainable_params(s)
         dp_group = lay.dp_group(rank)
         n_dp = len(dp_group)
         inter = timer.links.spans_nodes(dp_group)

@@ -118,14 +118,25 @@ TORCHTITAN = FrameworkFamily(
     aliases=("fsdp2", "titan", "torch-titan"),
 )
 
-#: DeepSpeed: placeholder with Megatron-core's host costs; helper "h" (issue 17) owns this entry.
+#: DeepSpeed's pipeline engine (Megatron-DeepSpeed v1.1.5 as AMP ran it; Sailor's fork): eager fp16 with DeepSpeed's
+#: fp16 optimizer (fp32 master weights, Adam), 1F1B ``TrainSchedule``, blocking two-rank p2p, fp32 gradient
+#: all-reduce (``fp32_allreduce: true`` in AMP's ds_config.json) after the last backward, tied-embedding gradient
+#: all-reduce between the first and last stage.  The per-module host cost is fitted on AMP's 16x T4 homogeneous
+#: runs (tools/accuracy_hetero.py --fit; the heterogeneous pipeline closed form is
+#: xsim_trace.validate.hetero_predict).  It is an effective value: on those runs it also absorbs the DeepSpeed
+#: engine's per-instruction Python work.
 DEEPSPEED = FrameworkFamily(
     name="deepspeed",
-    description="DeepSpeed ZeRO engine (placeholder: Megatron-core's host costs until calibrated)",
-    source="placeholder: megatron-core values; to be replaced by a calibrated entry",
-    host_module_ns=260_000,
-    host=HostModel(moe_factor=1.6, attention_core_factor=0.3),
-    aliases=("ds", "deepspeed-zero"),
+    description="DeepSpeed pipeline engine (Megatron-DeepSpeed): eager fp16, fp16 optimizer, fp32 gradient all-reduce",
+    source="host_module_ns fitted on AMP's homogeneous 16x T4 runs (../shared/reference/hetero_measured.csv, "
+    "H090-H141, tools/accuracy_hetero.py --fit); gradient dtype from AMP's ds_config.json (fp32_allreduce); "
+    "optimizer launches: DeepSpeed fp16 optimizer (overflow check, unscale, norm, Adam, fp16 copy)",
+    host_module_ns=400_000,
+    host=HostModel(),
+    optimizer_fixed_launches=16,
+    optimizer_launches_per_bucket=2,
+    grad_reduce_bytes=4,
+    aliases=("ds", "deepspeed-zero", "megatron-deepspeed", "deepspeed-pipe"),
 )
 
 DEFAULT_FAMILY = MEGATRON_CORE.name

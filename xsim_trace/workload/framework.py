@@ -62,16 +62,24 @@ class Framework:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     bucket_size_bytes: int = 0  # 0 = Megatron's default: max(40M, 1M * dp) parameters per bucket
+    #: LoRA / PEFT: adapter rank on the linear layers (qkv, proj, fc1, fc2); 0 = full training.  The
+    #: base weights are frozen: no weight-gradient GEMMs, no DP traffic, no optimizer state for them
+    lora_rank: int = 0
+    #: MoE routing imbalance: tokens of the busiest expert-parallel rank / the balanced share (>= 1);
+    #: the all-to-all and the expert GEMMs wait for that rank
+    moe_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "global_batch"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"expected a positive integer, found {v!r}", field=f"framework.{f}")
-        for f in ("etp", "grad_accum", "zero_stage", "bucket_size_bytes"):
+        for f in ("etp", "grad_accum", "zero_stage", "bucket_size_bytes", "lora_rank"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"expected a non-negative integer, found {v!r}", field=f"framework.{f}")
+        if isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float)) or not self.moe_imbalance >= 1.0:
+            raise ConfigError(f"expected a number >= 1, found {self.moe_imbalance!r}", field="framework.moe_imbalance")
         object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "framework.recompute"))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "framework.schedule"))
         object.__setattr__(self, "precision", Precision.parse(self.precision, field_name="framework.precision"))

@@ -138,6 +138,8 @@ def _metadata(program: Program, timer: Timer, rank: int, blob: str) -> GlobalMet
             A.META_WORLD_SIZE: program.fw.world_size,
             A.META_SOURCE: SOURCE,
             A.META_DEVICE: timer.device.name,
+            A.META_SEQ_LEN: program.model.seq_len,
+            A.META_MICRO_BATCH: program.fw.micro_batch,
             A.META_COMM_GROUPS: blob,
         }
     )

@@ -81,8 +81,9 @@ def stage_memory(program: Program, device: DeviceSpec) -> list[StageMemory]:
         edp = max(1, fw.dp * fw.cp * fw.tp // (fw.ep * fw.etp))
         opt_div_d = dp if fw.zero_stage >= 1 else 1
         opt_div_e = edp if fw.zero_stage >= 1 else 1
-        optimizer = OPTIMIZER_BYTES * (dense // opt_div_d + expert // opt_div_e)
-        grads = GRAD_BYTES * (dense // (dp if fw.zero_stage >= 2 else 1) + expert // (edp if fw.zero_stage >= 2 else 1))
+        t_dense, t_expert = program.stage_trainable_params(stage)  # all of them except under LoRA
+        optimizer = OPTIMIZER_BYTES * (t_dense // opt_div_d + t_expert // opt_div_e)
+        grads = GRAD_BYTES * (t_dense // (dp if fw.zero_stage >= 2 else 1) + t_expert // (edp if fw.zero_stage >= 2 else 1))
         weights = WEIGHT_BYTES * (dense // (dp if fw.zero_stage >= 3 else 1) + expert // (edp if fw.zero_stage >= 3 else 1))
         layers = sum(c.layers for (s, _), c in program.chunks.items() if s == stage)
         if fw.schedule is Schedule.GPIPE:

@@ -7,6 +7,7 @@ MoE expert work spread evenly over the replica's tp*cp ranks (balanced routing).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -53,6 +54,8 @@ class ComputeOp:
     #: a linear layer that runs in the framework's matmul precision (fp8 under Transformer Engine);
     #: other GEMMs (logits, router, attention bmm) stay bf16
     linear: bool = False
+    #: a frozen weight (LoRA base): its backward computes the data gradient only
+    frozen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +162,8 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     routed = t_moe * model.moe_top_k
     local_experts = max(model.moe_experts // fw.ep, 1)
     mats = 3 if model.swiglu else 2
-    expert_tokens = fw.micro_batch * model.seq_len * model.moe_top_k // (fw.tp * fw.cp)
+    # the busiest expert-parallel rank sets the pace (moe_imbalance x the balanced share)
+    expert_tokens = int(fw.micro_batch * model.seq_len * model.moe_top_k * fw.moe_imbalance) // (fw.tp * fw.cp)
     expert_flops = 2 * expert_tokens * h * model.moe_ffn * mats
     expert_bytes = local_experts * mats * h * (model.moe_ffn // fw.etp) * e + 3 * expert_tokens * h * e
     moe = HostGroup.MOE
@@ -168,7 +172,7 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
         _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe),
     ]
     if fw.ep > 1:
-        ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
+        ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, int(routed * fw.moe_imbalance) * h * e))
     # one expert MLP module per local expert (two GEMM launches each)
     per_expert = max(1, expert_tokens // local_experts)
     shape = (per_expert, mats * model.moe_ffn // fw.etp, h, local_experts)
@@ -177,7 +181,7 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp,
                     kernels=local_experts, modules=local_experts, group=moe))
     if fw.ep > 1:
-        ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, routed * h * e))
+        ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, int(routed * fw.moe_imbalance) * h * e))
     ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=moe))
     return ops
 
@@ -203,7 +207,33 @@ def layer_forward(model: ModelSpec, fw: Framework) -> list[Op]:
     if not model.is_moe:
         ops += _tp_out(model, fw, d, "tp_reduce_mlp")
     ops.append(_mem("mlp_residual_dropout", KernelClass.ELEMENTWISE, 3 * d.tokens_sp * h * e))
-    return ops
+    return with_lora(ops, fw)
+
+
+def with_lora(ops: list[Op], fw: Framework) -> list[Op]:
+    """Under LoRA (``fw.lora_rank`` > 0) every linear layer's weight is frozen and followed by its
+    two adapter GEMMs (x A: k -> r, then B: r -> n, bf16, trainable); expert GEMMs are frozen
+    without adapters."""
+    r = fw.lora_rank
+    if not r:
+        return ops
+    out: list[Op] = []
+    for op in ops:
+        if not (isinstance(op, ComputeOp) and op.linear):
+            out.append(op)
+            continue
+        out.append(dataclasses.replace(op, frozen=True))
+        m, n, k, groups = op.shape
+        if groups == 1:
+            out.append(_gemm(op.name + "_lora_a", m, r, k, 2, group=op.host_group))
+            out.append(_gemm(op.name + "_lora_b", m, n, r, 2, group=op.host_group))
+    return out
+
+
+def lora_params(ops: list[Op]) -> int:
+    """Adapter parameters among ``ops`` (one layer's forward): k*r + r*n per adapted linear."""
+    return sum(op.shape[1] * op.shape[2] for op in ops
+               if isinstance(op, ComputeOp) and (op.name.endswith("_lora_a") or op.name.endswith("_lora_b")))
 
 
 _BWD_TP = {
@@ -223,7 +253,7 @@ def backward_of(ops: list[Op]) -> list[Op]:
             out.append(CommOp(op.name + "_bwd", op.kind, _BWD_TP[op.collective], op.size_bytes))
         elif op.kernel_class is KernelClass.GEMM:
             # one autograd node issues both GEMMs: together they cost the forward op's host time
-            half = op.host_weight / 2
+            half = op.host_weight if op.frozen else op.host_weight / 2
             g = op.host_group
             dgrad = wgrad = ()
             if op.shape:
@@ -231,8 +261,9 @@ def backward_of(ops: list[Op]) -> list[Op]:
                 dgrad, wgrad = (m, k, n, groups), (k, n, m, groups)  # dX = dY W^T; dW = X^T dY
             out.append(ComputeOp(op.name + "_dgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g,
                                  dgrad, "dgrad", op.linear))
-            out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half, g,
-                                 wgrad, "wgrad", op.linear))
+            if not op.frozen:
+                out.append(ComputeOp(op.name + "_wgrad", op.kernel_class, op.flops, op.bytes_accessed, op.kernels, half,
+                                     g, wgrad, "wgrad", op.linear))
         elif op.kernel_class is KernelClass.ATTENTION:
             out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels,
                                  op.host_weight, op.host_group, op.shape, "bwd"))
@@ -257,8 +288,7 @@ def layer_backward(model: ModelSpec, fw: Framework) -> list[Op]:
 def _renamed(op: Op, prefix: str) -> Op:
     if isinstance(op, CommOp):
         return CommOp(prefix + op.name, op.kind, op.collective, op.size_bytes)
-    return ComputeOp(prefix + op.name, op.kernel_class, op.flops, op.bytes_accessed, op.kernels, op.host_weight,
-                     op.host_group, op.shape, op.role, op.linear)
+    return dataclasses.replace(op, name=prefix + op.name)
 
 
 def embedding_forward(model: ModelSpec, fw: Framework) -> list[Op]:
@@ -275,7 +305,8 @@ def head_forward(model: ModelSpec, fw: Framework) -> list[Op]:
     v_tp = model.vocab // fw.tp
     ops: list[Op] = [_mem("final_norm", KernelClass.NORM, 2 * d.tokens_sp * model.hidden * d.elt)]
     ops += _tp_in(model, fw, d, "tp_allgather_head")
-    ops.append(_gemm("logits", d.tokens, v_tp, model.hidden, d.elt))
+    logits = _gemm("logits", d.tokens, v_tp, model.hidden, d.elt)
+    ops.append(dataclasses.replace(logits, frozen=True) if fw.lora_rank else logits)
     ops.append(_mem("cross_entropy", KernelClass.SOFTMAX, 3 * d.tokens * v_tp * 4, kernels=6))
     return ops
 

@@ -101,6 +101,15 @@ class Program:
         head = stage == fw.pp - 1 and (not m.tied_embeddings or fw.pp > 1)
         return rank_params(m, fw, layers, embedding=stage == 0, head=head)
 
+    def stage_trainable_params(self, stage: int) -> tuple[int, int]:
+        """(dense, expert) parameters one rank of ``stage`` trains: its gradients are reduced over
+        DP and updated by the optimizer.  All of :meth:`stage_params` except under LoRA, where only
+        the adapters train."""
+        if not self.fw.lora_rank:
+            return self.stage_params(stage)
+        layers = sum(c.layers for (s, _), c in self.chunks.items() if s == stage)
+        return layers * O.lora_params(self._layer_fwd), 0
+
     def stage_param_tensors(self, stage: int) -> int:
         """Parameter tensors held by one rank of ``stage`` (weights, biases, norm scales)."""
         m, fw = self.model, self.fw

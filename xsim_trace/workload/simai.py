@@ -49,7 +49,7 @@ def _split(ops: list[O.Op]) -> list[tuple[str, list[O.Op]]]:
 
 def simai_lines(program: Program, timer: Timer, stage: int = 0) -> list[str]:
     fw = program.fw
-    dense, expert = program.stage_params(stage)
+    dense, expert = program.stage_trainable_params(stage)
     chunks = [c for (s, _), c in sorted(program.chunks.items()) if s == stage]
     return stage_simai_lines(program.model, fw, timer, chunks, dense + expert, rank=Layout(fw).rank(Coord(0, 0, 0, stage)))
 

@@ -156,7 +156,7 @@ class RankContext:
 
     def has_expert_dp(self, stage: int) -> bool:
         """Whether ranks of ``stage`` reduce expert gradients over an expert-DP group of 2+ ranks."""
-        _, expert = self.program.stage_params(stage)
+        _, expert = self.program.stage_trainable_params(stage)
         return bool(expert) and self.fw.ep > 1 and len(
             self.layout.expert_dp_group(self.layout.rank(Coord(0, 0, 0, stage)))) > 1
 
@@ -170,7 +170,7 @@ class RankContext:
         send_ns = tuple(
             links.p2p_ns(self.act_bytes, links.spans_nodes((rank, self.peer(c, s)))) for s in so.peer_stages
         )
-        dense, expert = self.program.stage_params(c.pp)
+        dense, expert = self.program.stage_trainable_params(c.pp)
         dp_members = lay.dp_group(rank)
         nb = _buckets(dense + expert, fw)
         coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
@@ -342,7 +342,7 @@ class _TemplateBuilder:
                     duration_ns=send_ns[out_v % pp],
                 )
         # -- DP gradient buckets ---------------------------------------------------------------
-        dense, expert = program.stage_params(stage)
+        dense, expert = program.stage_trainable_params(stage)
         n_dp = fw.dp * fw.cp
         nb = _buckets(dense + expert, fw)
         coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE

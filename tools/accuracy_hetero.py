@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Predict measured heterogeneous (and homogeneous baseline) training iterations and print the error per row.
+
+For every row of the CSV (default ../shared/reference/hetero_measured.csv): the model from ``model_dims`` /
+``seq`` / ``gbs`` / ``mbs``, the cluster from ``cluster`` and ``gpus`` (presets in xsim_trace/data/clusters), the
+deployment from ``plan`` (Sailor or AMP form, xsim_trace.validate.hetero_rows), then the heterogeneous DeepSpeed
+pipeline closed form (xsim_trace.validate.hetero_predict: every stage replica timed on its own GPU and TP
+degree).  One line per row: measured s, predicted s, error %; for ``run_failed`` rows whether the prediction
+finds the plan out of memory.  A row that cannot be built is an ERROR line naming the row and the column,
+counted as 100% error.  The LAST line is always
+``rows N median_abs_err_pct X within5 K worst_abs_err_pct W oom_right R/F`` over the selected rows.
+
+Calibration: the shipped constants (hetero_predict.FITTED) were fitted on the homogeneous rows only; ``--fit``
+refits them (on the homogeneous rows of the CSV) before predicting, ``--cv K`` prints K-fold cross-validated
+figures for the homogeneous rows (each predicted with constants fitted without its fold).
+
+usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--exclude-suspect] [--fit]
+                                [--cv K] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xsim_trace.errors import XsimError
+from xsim_trace.validate.hetero_accuracy import RowResult, cross_validate, evaluate, fit, summarize
+from xsim_trace.validate.hetero_predict import FITTED
+from xsim_trace.validate.hetero_rows import RowError, parse_row, read_rows
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CSV = REPO.parent / "shared" / "reference" / "hetero_measured.csv"
+
+
+def _selected(results: list[RowResult], select: str, exclude_suspect: bool) -> list[RowResult]:
+    out = []
+    for r in results:
+        if exclude_suspect and r.suspect:
+            continue
+        if select == "hetero" and not r.heterogeneous:
+            continue
+        if select == "homogeneous" and r.heterogeneous:
+            continue
+        out.append(r)
+    return out
+
+
+def _homogeneous_rows(raws):
+    rows = []
+    for raw in raws:
+        if raw.heterogeneous or raw.suspect:
+            continue
+        try:
+            rows.append((raw, parse_row(raw)))
+        except RowError:
+            continue
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--csv", default=str(DEFAULT_CSV), help="measured rows (default: %(default)s)")
+    ap.add_argument("--select", choices=("all", "hetero", "homogeneous"), default="all")
+    ap.add_argument("--exclude-suspect", action="store_true", help="leave out rows whose notes say SUSPECT")
+    ap.add_argument("--fit", action="store_true", help="refit the constants on the CSV's homogeneous rows first")
+    ap.add_argument("--cv", type=int, default=0, metavar="K", help="K-fold cross-validation of the homogeneous rows")
+    ap.add_argument("--rounds", type=int, default=3, help="coordinate-descent rounds of --fit / --cv")
+    args = ap.parse_args(argv)
+    try:
+        raws = read_rows(args.csv)
+    except XsimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cal = FITTED
+    if args.fit:
+        cal = fit(_homogeneous_rows(raws), rounds=args.rounds)
+        print(f"# fitted on the homogeneous rows: {cal}")
+    results = evaluate(raws, cal)
+    if args.cv:
+        cv = {r.row_id: r for r in cross_validate(_homogeneous_rows(raws), args.cv, rounds=args.rounds)}
+        print(f"# {args.cv}-fold cross-validated homogeneous rows (constants fitted without the row's fold):")
+        for r in cv.values():
+            print("cv " + r.line())
+        for name, keep in (("T4 (AWS)", "aws"), ("GH200 (Alps)", "gh")):
+            part = [r for r in cv.values() if (r.capacity_GiB == 96) == (keep == "gh")]
+            print(f"# cv {name}: {summarize(part).line()}")
+        print(f"# cv all homogeneous: {summarize(list(cv.values())).line()}")
+    chosen = _selected(results, args.select, args.exclude_suspect)
+    for r in chosen:
+        print(r.line())
+    if args.select == "all":
+        for label, sel in (("heterogeneous, SUSPECT excluded", "hetero"), ("homogeneous, SUSPECT excluded", "homogeneous")):
+            part = _selected(results, sel, True)
+            s = summarize(part)
+            print(f"# {label}: {s.line()} measured_predicted_oom {s.measured_predicted_oom}")
+    s = summarize(chosen)
+    print(f"# measured runs predicted out of memory: {s.measured_predicted_oom}")
+    print(s.line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""Predicted iteration time (and out-of-memory verdict) of a heterogeneous Megatron-DeepSpeed pipeline run.
+
+The closed form of DeepSpeed's ``PipelineEngine`` (AMP's Megatron-DeepSpeed v1.1.5 and Sailor's fork) for a
+deployment whose stages and data-parallel replicas each have their own GPU type and TP degree
+(:class:`~xsim_trace.validate.hetero_rows.RowPlan`):
+
+- per (stage, replica), the forward and backward pass of one micro-batch: the workload generator's ops for the
+  stage's blocks (plus the embedding on the first and the tied head on the last stage), each timed on the
+  replica's own device by :class:`~xsim_trace.workload.timing.Timer` under the ``deepspeed`` framework family
+  (host cost per module call, fp32 gradient all-reduce), TP all-reduces priced over the node's link;
+- DeepSpeed's ``TrainSchedule`` (1F1B) as a dependency recursion per replica, with blocking activation and
+  gradient transfers between stages (DeepSpeed's p2p is a two-rank broadcast: the sender waits for the wire);
+- after a stage's last backward: the fp32 gradient all-reduce of that stage over its replicas (one ring per TP
+  rank, sharing each node's NICs), the tied-embedding all-reduce between the first and the last stage, and
+  the fp16 optimizer step (overflow check, unscale, gradient norm, Adam, fp16 copy: HBM bound);
+- the iteration is the latest stage's end (rank 0's timer spans the whole synchronous step).
+
+Links come from the row's cluster description (``xsim_trace/data/clusters``): per node the intra-node rate (NVLink
+or the PCIe host link, each at its achievable fraction) and the NICs (Ethernet line rate x the TCP efficiency).
+The constants that are not spec-sheet facts are the fields of :class:`HeteroCalibration`; tools/accuracy_hetero.py
+fits them on the homogeneous rows only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+
+from xsim_trace.cluster import load_cluster
+from xsim_trace.devices import get_device
+from xsim_trace.devices.compute import KernelClass, kernel_time_ns
+from xsim_trace.devices.spec import DeviceSpec, Precision
+from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan
+from xsim_trace.workload.comm import LinkModel
+from xsim_trace.workload.families import get_family
+from xsim_trace.workload.framework import Framework
+from xsim_trace.workload.model import ModelSpec as WorkloadModel
+from xsim_trace.workload.ops import (
+    embedding_backward,
+    embedding_forward,
+    head_backward,
+    head_forward,
+    layer_backward,
+    layer_forward,
+)
+from xsim_trace.workload.timing import Timer
+
+#: cluster presets by a word of the ``cluster`` column (first match wins)
+CLUSTER_KEYWORDS = (("p3.8xlarge", "aws-p3-g4dn"), ("g4dn", "aws-g4dn-t4"), ("clariden", "alps-gh200"),
+                    ("gh200", "alps-gh200"), ("mit cluster", "mit-rtx"))
+#: testbed (software stack + host CPU) of each preset, for the per-testbed host cost: AMP's Megatron-DeepSpeed
+#: v1.1.5 on AWS, Sailor's framework on Alps; the MIT testbed runs Sailor's framework and has no homogeneous row,
+#: so it takes the Alps value (its CPU is not stated)
+TESTBED = {"aws-p3-g4dn": "aws", "aws-g4dn-t4": "aws", "alps-gh200": "alps", "mit-rtx": "alps"}
+
+#: bytes per local parameter of DeepSpeed's fp16 optimizer step: overflow check (2) + unscale and norm of the fp32
+#: gradient (4 + 4) + Adam on fp32 master, momentum, variance (read p, g, m, v, write p, m, v: 28) + fp16 copy (2 + 4)
+OPTIMIZER_BYTES_PER_PARAM = 44
+
+
+@dataclass(frozen=True, slots=True)
+class HeteroCalibration:
+    """The constants that are not on spec sheets.  tools/accuracy_hetero.py fits them on the homogeneous rows
+    (16 T4 on AWS, GH200 on Alps); a device without homogeneous rows keeps the catalog's efficiency."""
+
+    #: achievable fraction of the dense fp16 tensor peak (GEMMs and the attention BMMs) per device
+    device_efficiency: tuple[tuple[str, float], ...] = (("GH200-96GB", 0.10), ("T4", 0.13))
+    #: fixed time of one kernel on the GPU (launch latency, tail of small grids) per device
+    device_kernel_ns: tuple[tuple[str, int], ...] = ()
+    mem_efficiency: float = 0.80  # achievable fraction of HBM / GDDR bandwidth
+    #: host cost of one framework module call per testbed (:data:`TESTBED`)
+    host_module_ns: tuple[tuple[str, int], ...] = (("alps", 40_000), ("aws", 60_000))
+    nvlink_efficiency: float = 0.80  # NCCL bus bandwidth over NVLink / NVLink peak (xsim's comm default)
+    pcie_efficiency: float = 0.70  # NCCL bus bandwidth over the PCIe host link / PCIe peak
+    tcp_efficiency: float = 0.70  # NCCL over TCP sockets / Ethernet line rate
+    reserved_GiB: float = 1.5  # CUDA context, cuBLAS / NCCL workspaces, allocator fragmentation
+    step_host_ns: int = 20_000_000  # per-iteration engine work outside the passes (logging, loss, sync)
+
+    def host_ns(self, testbed: str) -> int:
+        table = dict(self.host_module_ns)
+        return table.get(testbed, 0)
+
+    def efficiency(self, device: str) -> float | None:
+        return dict(self.device_efficiency).get(device)
+
+    def kernel_ns(self, device: str) -> int | None:
+        return dict(self.device_kernel_ns).get(device)
+
+    def with_kernel_ns(self, device: str, value_ns: int) -> "HeteroCalibration":
+        table = dict(self.device_kernel_ns)
+        table[device] = int(value_ns)
+        return dataclasses.replace(self, device_kernel_ns=tuple(sorted(table.items())))
+
+    def with_(self, **changes) -> "HeteroCalibration":
+        return dataclasses.replace(self, **changes)
+
+    def with_host(self, testbed: str, value_ns: int) -> "HeteroCalibration":
+        table = dict(self.host_module_ns)
+        table[testbed] = int(value_ns)
+        return dataclasses.replace(self, host_module_ns=tuple(sorted(table.items())))
+
+    def with_efficiency(self, device: str, value: float) -> "HeteroCalibration":
+        table = dict(self.device_efficiency)
+        table[device] = float(value)
+        return dataclasses.replace(self, device_efficiency=tuple(sorted(table.items())))
+
+
+#: the constants ``python tools/accuracy_hetero.py --fit`` derives from the homogeneous rows of
+#: ../shared/reference/hetero_measured.csv (16 T4 on AWS: 47 timed + 5 failed runs; GH200 on Alps: 26 timed rows,
+#: H019 SUSPECT left out); coordinate descent, 3 rounds, mean |log error| + 0.05 per misjudged run.  No
+#: heterogeneous row enters the fit.  Devices other than T4 and GH200 keep the catalog's efficiency.
+FITTED = HeteroCalibration(
+    device_efficiency=(("GH200-96GB", 0.4), ("T4", 0.2)),
+    device_kernel_ns=(("GH200-96GB", 50_000), ("T4", 80_000)),
+    host_module_ns=(("alps", 120_000), ("aws", 400_000)),
+    pcie_efficiency=0.3,
+    tcp_efficiency=0.8,
+    reserved_GiB=2.5,
+    step_host_ns=40_000_000,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLinks:
+    intra_GBps: float  # achievable per-GPU ring rate inside the node, one direction
+    nic_GBps: float  # achievable NIC rate of the whole node, one direction
+    intra_latency_ns: float
+    nic_latency_ns: float
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    row_id: str
+    iteration_s: float
+    out_of_memory: bool
+    peak_GiB: float  # the fullest device's need
+    capacity_GiB: float  # that device's memory
+    pipeline_s: float  # slowest stage's pipeline span
+    dp_allreduce_s: float  # gradient all-reduce of that stage
+    optimizer_s: float
+
+
+def row_cluster_name(row: HeteroRow) -> str:
+    text = row.cluster.lower()
+    for word, preset in CLUSTER_KEYWORDS:
+        if word in text:
+            return preset
+    raise RowError(row.row_id, "cluster", f"no cluster description matches {row.cluster[:60]!r} "
+                                          f"(known: {', '.join(sorted(set(p for _, p in CLUSTER_KEYWORDS)))})")
+
+
+def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
+    """Each node's links from the row's cluster preset (the group of the node's GPU type)."""
+    cluster = load_cluster(row_cluster_name(row))
+    out = []
+    for dev_name in row.plan.node_devices:
+        group = next((g for g in cluster.groups if get_device(g.gpu_type).name == dev_name), None)
+        if group is None:
+            raise RowError(row.row_id, "cluster", f"cluster {cluster.name} has no {dev_name} nodes")
+        dev = get_device(dev_name)
+        raw = group.intra.bw_GBps
+        eff = cal.pcie_efficiency if (dev.pcie_GBps and raw <= dev.pcie_GBps) else cal.nvlink_efficiency
+        nic = (group.nic.count * group.nic.nic_gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
+        out.append(NodeLinks(raw * eff, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
+    return tuple(out)
+
+
+def workload_model(row: HeteroRow) -> WorkloadModel:
+    """GPT-2 / OPT style blocks of Megatron v1.1.5: LayerNorm, biases, GELU MLP, learned positions, tied
+    embedding, unfused attention (no flash attention in 2020-21 Megatron-DeepSpeed)."""
+    m = row.model
+    return WorkloadModel(name=m.name or "model", layers=m.num_layers, hidden=m.hidden, ffn=m.ffn_hidden, heads=m.heads,
+                         vocab=m.vocab, seq_len=row.seq_len, swiglu=False, flash_attention=False, tied_embeddings=True,
+                         norm="layernorm", bias=True)
+
+
+def _device(name: str, cal: HeteroCalibration) -> DeviceSpec:
+    dev = dataclasses.replace(get_device(name), mem_efficiency=cal.mem_efficiency)
+    eff, kernel = cal.efficiency(dev.name), cal.kernel_ns(dev.name)
+    if eff is not None:
+        dev = dataclasses.replace(dev, gemm_efficiency=eff, attention_efficiency=eff)
+    if kernel is not None:
+        dev = dataclasses.replace(dev, kernel_overhead_ns=kernel)
+    return dev
+
+
+def _family(cal: HeteroCalibration, testbed: str):
+    return get_family("deepspeed").with_(host_module_ns=cal.host_ns(testbed))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pass_ns(wmodel: WorkloadModel, mbs: int, dev: DeviceSpec, tp: int, intra_GBps: float, intra_lat: float,
+             layers: int, embedding: bool, head: bool, host_ns: int, fam_name: str) -> tuple[int, int]:
+    """(forward, backward) of one micro-batch on one stage replica."""
+    fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs, precision=Precision.FP16)
+    links = LinkModel(gpus_per_node=max(tp, 1), intra_bw_GBps=intra_GBps, inter_bw_GBps=intra_GBps,
+                      intra_latency_ns=int(intra_lat) + 5_000)
+    timer = Timer(dev, links, fw, family=get_family(fam_name).with_(host_module_ns=host_ns))
+    fwd = (embedding_forward(wmodel, fw) if embedding else []) + layer_forward(wmodel, fw) * layers + \
+        (head_forward(wmodel, fw) if head else [])
+    bwd = (head_backward(wmodel, fw) if head else []) + layer_backward(wmodel, fw) * layers + \
+        (embedding_backward(wmodel, fw) if embedding else [])
+    return timer.pass_ns(fwd, 0), timer.pass_ns(bwd, 0)
+
+
+def _p2p_ns(nbytes: int, a: Placement, b: Placement, links: tuple[NodeLinks, ...]) -> int:
+    """Activation (or gradient) transfer from a stage replica to the next: TP rank i sends to TP rank i
+    (equal TP) or the whole tensor moves once (DeepSpeed sends the full activation from every TP rank when the
+    degrees match; different degrees are not run by DeepSpeed)."""
+    na, nb = a.nodes[0], b.nodes[0]
+    if na == nb:
+        bw, lat = links[na].intra_GBps, links[na].intra_latency_ns
+    else:
+        # every TP rank of the node sends its copy over the node's NICs at once
+        bw = min(links[na].nic_GBps, links[nb].nic_GBps) / max(1, a.tp)
+        lat = links[na].nic_latency_ns + links[nb].nic_latency_ns + 20_000
+    return int(lat + nbytes / bw)
+
+
+def _ring_ns(nbytes: int, members: list[Placement], links: tuple[NodeLinks, ...], rings_per_node: int) -> int:
+    """Ring all-reduce of ``nbytes`` over one GPU per member; ``rings_per_node`` rings share a node's NICs."""
+    n = len(members)
+    if n < 2 or nbytes <= 0:
+        return 0
+    nodes = [p.nodes[0] for p in members]
+    bw = math.inf
+    lat = 0.0
+    if len(set(nodes)) < n:  # some neighbours share a node
+        bw = min(links[k].intra_GBps for k in nodes)
+        lat = max(links[k].intra_latency_ns for k in nodes)
+    if len(set(nodes)) > 1:
+        bw = min(bw, min(links[k].nic_GBps for k in set(nodes)) / rings_per_node)
+        lat = max(lat, max(links[k].nic_latency_ns for k in nodes) * 2 + 20_000)
+    return int(2 * (n - 1) * lat + 2 * (n - 1) / n * nbytes / bw)
+
+
+def _stage_params(wmodel: WorkloadModel, layers: int, embedding: bool, head: bool) -> int:
+    h, f, v = wmodel.hidden, wmodel.ffn, wmodel.vocab
+    per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+    params = layers * per_layer
+    if embedding:
+        params += v * h + wmodel.seq_len * h
+    if head:
+        params += v * h + 2 * h  # tied copy of the word embedding + final norm
+    return params
+
+
+def _schedule(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> list[int]:
+    """1F1B (DeepSpeed TrainSchedule) on one replica: end time of each stage's last op.  ``p2p[s]`` is the
+    transfer between stage s and s+1 (blocking on the sender)."""
+    from xsim_trace.workload.schedule import one_f_one_b
+
+    p = len(fwd)
+    orders = [one_f_one_b(s, p, m) for s in range(p)]
+    f_end = [[0] * m for _ in range(p)]
+    b_end = [[0] * m for _ in range(p)]
+    free = [0] * p
+    pos = [0] * p
+    done = 0
+    total = sum(len(o) for o in orders)
+    while done < total:
+        progressed = False
+        for s in range(p):
+            while pos[s] < len(orders[s]):
+                step = orders[s][pos[s]]
+                i = step.microbatch
+                if step.forward:
+                    if s > 0 and not f_end[s - 1][i]:
+                        break
+                    ready = f_end[s - 1][i] + p2p[s - 1] if s > 0 else 0
+                    end = max(free[s], ready) + fwd[s]
+                    f_end[s][i] = end
+                    free[s] = end + (p2p[s] if s < p - 1 else 0)
+                else:
+                    if s < p - 1 and not b_end[s + 1][i]:
+                        break
+                    ready = b_end[s + 1][i] + p2p[s] if s < p - 1 else 0
+                    end = max(free[s], ready) + bwd[s]
+                    b_end[s][i] = end
+                    free[s] = end + (p2p[s - 1] if s > 0 else 0)
+                pos[s] += 1
+                done += 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError("1F1B recursion made no progress")
+    return [max(b_end[s]) for s in range(p)]
+
+
+def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
+    plan: RowPlan = row.plan
+    links = node_links(row, cal)
+    testbed = TESTBED[row_cluster_name(row)]
+    fam = _family(cal, testbed)
+    wmodel = workload_model(row)
+    mbs, m, pp, dp = plan.micro_batch, plan.micro_batches, plan.pp, plan.dp
+    act_bytes = row.seq_len * mbs * wmodel.hidden * 2
+    ends = [[0] * pp for _ in range(dp)]
+    for r in range(dp):
+        fwd, bwd, p2p = [], [], []
+        for s, st in enumerate(plan.stages):
+            pl = st.replicas[r]
+            dev = _device(pl.device, cal)
+            lk = links[pl.nodes[0]]
+            f, b = _pass_ns(wmodel, mbs, dev, pl.tp, lk.intra_GBps, lk.intra_latency_ns, st.num_layers, st.embedding,
+                            st.head, fam.host_module_ns, fam.name)
+            fwd.append(f)
+            bwd.append(b)
+            if s < pp - 1:
+                p2p.append(_p2p_ns(act_bytes, pl, plan.stages[s + 1].replicas[r], links))
+        ends[r] = _schedule(fwd, bwd, p2p, m)
+    best = (0, 0.0, 0, 0)
+    peak = (0.0, 1.0, False)
+    for s, st in enumerate(plan.stages):
+        params = _stage_params(wmodel, st.num_layers, st.embedding, st.head)
+        stage_end = max(ends[r][s] for r in range(dp))
+        tp = max(p.tp for p in st.replicas)
+        grad_bytes = params // tp * fam.grad_reduce_bytes
+        ar = _ring_ns(grad_bytes, list(st.replicas), links, rings_per_node=tp)
+        if pp > 1 and (st.embedding or st.head):  # tied word-embedding gradient between first and last stage
+            # DeepSpeed reduces the tied weight's fp16 .grad directly, one 2-rank group per (replica, TP rank),
+            # all at once over the same NICs
+            tied = wmodel.vocab * wmodel.hidden // tp * 2
+            other = plan.stages[-1 if st.embedding else 0].replicas[0]
+            ar += _ring_ns(tied, [st.replicas[0], other], links, rings_per_node=tp * dp)
+        opt = 0
+        for pl in st.replicas:
+            dev = _device(pl.device, cal)
+            nbytes = params // pl.tp * OPTIMIZER_BYTES_PER_PARAM
+            t = kernel_time_ns(KernelClass.OPTIMIZER, 0, nbytes, dev, include_overhead=False) + \
+                (fam.optimizer_fixed_launches + 4 * st.num_layers) * dev.kernel_overhead_ns
+            opt = max(opt, t, int((fam.optimizer_fixed_launches + 4 * st.num_layers) * fam.host_module_ns * 0.25))
+            need, cap = _memory_GiB(row, wmodel, s, pl, params, cal)
+            if need / cap > peak[0] / peak[1]:
+                peak = (need, cap, need > cap)
+        total = stage_end + ar + opt
+        if total > best[0]:
+            best = (total, stage_end, ar, opt)
+    total_ns = best[0] + cal.step_host_ns
+    return Prediction(row.row_id, total_ns / 1e9, peak[2], peak[0], peak[1], best[1] / 1e9, best[2] / 1e9,
+                      best[3] / 1e9)
+
+
+def _memory_GiB(row: HeteroRow, wmodel: WorkloadModel, stage: int, pl: Placement, params: int,
+                cal: HeteroCalibration) -> tuple[float, float]:
+    """(need, capacity) of one GPU of a stage replica under DeepSpeed's fp16 pipeline: fp16 weights and gradients,
+    fp32 gradient copy for the all-reduce, fp32 master weights and Adam moments (20 B/param / TP); activations of
+    the micro-batches in flight under 1F1B (``min(stages - stage, micro-batches)``),
+    Korthikanti's per-layer bytes without sequence parallelism or recompute; fp32 logits and their gradient on the
+    last stage; a fixed reserve."""
+    plan = row.plan
+    st = plan.stages[stage]
+    s, b, h, a, t = row.seq_len, plan.micro_batch, wmodel.hidden, wmodel.heads, pl.tp
+    state = params / t * 20
+    per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    pp = plan.pp
+    buffers = min(pp - stage, plan.micro_batches)  # 1F1B: micro-batches whose activations wait for their backward
+    act = per_layer * st.num_layers * buffers
+    if st.embedding:
+        act += s * b * h * 2 * buffers
+    if st.head:
+        act += s * b * wmodel.vocab / t * (2 + 4 + 4)  # fp16 logits, fp32 copy, fp32 softmax gradient
+    need = (state + act) / 2**30 + cal.reserved_GiB
+    return need, get_device(pl.device).hbm_GiB
+
+
+__all__ = ["CLUSTER_KEYWORDS", "FITTED", "HeteroCalibration", "NodeLinks", "Prediction", "node_links", "predict",
+           "row_cluster_name", "workload_model"]
