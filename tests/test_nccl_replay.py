@@ -47,7 +47,12 @@ def test_nccl_model_needs_contention_free_backend_and_cluster():
     with pytest.raises(ConfigError, match="contention-free"):
         replay(_traces(8, 1 << 20), flow, ReplaySettings(collective_model="nccl"), cluster=cluster)
     with pytest.raises(ConfigError, match="nccl_algo"):
-        ReplaySettings(nccl_algo="ring")
+        ReplaySettings(collective_model="schedule", nccl_algo="ring")
+    with pytest.raises(ConfigError, match="contention-free"):  # forcing NCCL's choice asks for the model
+        replay(_traces(8, 1 << 20), flow, ReplaySettings(nccl_algo="ring"), cluster=cluster)
+    topo_only = make_backend("analytical", build_topology(cluster))
+    with pytest.raises(ConfigError, match="needs the cluster"):
+        replay(_traces(8, 1 << 20), topo_only, ReplaySettings(collective_model="nccl"))
     with pytest.raises(ConfigError):
         ReplaySettings(collective_model="nccl", nccl_proto="LL256")
 
@@ -71,3 +76,55 @@ def test_peer_skew_delays_mirrors_and_the_captured_rank_waits():
     assert int(max(late.times.end_ns)) == int(max(plain.times.end_ns)) + 70_000
     # rank 0's collective (its second node) waited for the late mirrors
     assert int(late.times.wait_ns[1]) == 70_000
+
+
+def test_default_prices_collectives_with_nccl_model_where_priced_whole():
+    """auto (the default): the NCCL model on a closed-form backend with a cluster; the schedule's flows on a
+    flow backend, the schedule walk without a cluster or with a configured schedule; the result says which."""
+    cluster = load_cluster("a100-node")
+    size = 64 << 20
+    expect = price_collective(group_shape(cluster, range(8)), "all_reduce", size).time_ns
+    analytical = make_backend("analytical", build_topology(cluster))
+    default = replay(_traces(8, size), analytical, cluster=cluster)
+    assert int(max(default.times.end_ns)) == 5_000 + expect
+    assert default.settings.collective_model == "nccl"
+    assert default.settings.to_json()["collective_model"] == "nccl"
+    walked = replay(_traces(8, size), analytical, ReplaySettings(collective_model="schedule"), cluster=cluster)
+    assert walked.settings.collective_model == "schedule"
+    assert int(max(walked.times.end_ns)) != int(max(default.times.end_ns))
+    chunked = replay(_traces(8, size), analytical, ReplaySettings(chunks=4), cluster=cluster)
+    assert chunked.settings.collective_model == "schedule"  # a configured schedule is walked
+    no_cluster = replay(_traces(8, size), analytical)
+    assert no_cluster.settings.collective_model == "schedule"
+    assert int(max(no_cluster.times.end_ns)) == int(max(walked.times.end_ns))
+    flow = replay(_traces(8, size), make_backend("flow", build_topology(cluster)), cluster=cluster)
+    assert flow.settings.collective_model == "schedule"  # collectives run as flows: no model to use
+
+
+@pytest.mark.parametrize("tp,dp", [(4, 4), (8, 2)])
+def test_compiled_loop_equals_reference_engine_with_nccl_pricer(tp, dp):
+    """The compiled loop takes each collective's offsets from the same NCCL pricer: bit for bit the
+    reference engine's times (a contention-free backend, so both paths apply)."""
+    pytest.importorskip("numba")
+    import numpy as np
+
+    from replay_helpers import StarAlphaBeta
+    from xsim_trace.network.nccl.pricer import NcclPricer
+    from xsim_trace.replay import compile_workload
+    from xsim_trace.replay.engine import Engine
+    from xsim_trace.replay.sample import tp_dp_step
+
+    traces, groups = tp_dp_step(tp=tp, dp=dp, layers=2, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20)
+    w = compile_workload(traces, groups)
+    cluster = load_cluster("dgx-h100:2")
+    node_of = [cluster.node_of(r) for r in range(w.num_ranks)]
+    runs = []
+    for compiled in (False, True):
+        e = Engine(w, StarAlphaBeta(25.0, 700), ReplaySettings(collective_model="nccl"), node_of=node_of,
+                   pricer=NcclPricer(cluster), compiled=compiled)
+        assert e.compiled is compiled
+        runs.append(e.run())
+    ref, fast = runs
+    for name in ("ready_ns", "start_ns", "end_ns", "wait_ns", "peer_node"):
+        assert np.array_equal(np.asarray(getattr(ref, name)), np.asarray(getattr(fast, name))), name
+    assert ref.stats == fast.stats and ref.stats.closed_form_collectives > 0

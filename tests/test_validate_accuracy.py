@@ -76,13 +76,17 @@ def test_dlrm_v100_8rank_every_rank_and_the_spread():
     assert abs(v.ranks[7].compute_path_ns - v.ranks[7].measured_ns) <= 0.01 * v.ranks[7].measured_ns
     # the per-collective table covers the 8 NCCL kernels of every rank
     assert len(v.collectives) == 64 and all(c.simulated_ns is not None for c in v.collectives)
-    assert {c.converted_as for c in v.collectives} == {"ALL_TO_ALL(p2p)", "ALL_REDUCE"}
-    # the rank that arrives last measures a pure transfer: the network model's own error (37 % today,
-    # NCCL's fixed per-kernel cost and LL's half-rate payload are not modelled; docs/validation.md)
+    # the NCCL model (the default on analytical) prices every kernel: the all-to-alls converted as
+    # per-peer send/recv are priced as one NCCL all-to-all each, and every row names the model's choice
+    assert {c.converted_as for c in v.collectives} == {"ALL_TO_ALL", "ALL_REDUCE"}
+    assert all(c.model for c in v.collectives)
+    # the rank that arrives last measures a pure transfer: the network model's own error (about 20 %
+    # with the NCCL model; 37 % with the schedule walk, which lacks NCCL's fixed per-kernel costs;
+    # docs/validation.md)
     pure = v.transfer_rows()
     assert sorted({c.ordinal for c in pure}) == list(range(8))
     errs = sorted(abs(c.error_pct) for c in pure)
-    assert errs[len(errs) // 2] <= 45.0
+    assert errs[len(errs) // 2] <= 25.0
     ar = sorted({c.size_bytes for c in v.collectives if c.collective == "ALL_REDUCE"})
     assert ar == [448, 907_840, 1_576_964]  # 112 / 226960 / 394241 floats on every rank
 

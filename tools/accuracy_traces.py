@@ -5,7 +5,8 @@ For each capture: convert (xsim-convert kineto), replay on the cluster preset ma
 compare per rank (and step) the simulated with the measured ProfilerStep time, and per NCCL kernel.
 Prints one summary table, then the per-rank rows; ``--json FILE`` writes everything.
 
-    .venv/bin/python tools/accuracy_traces.py [--backend analytical] [--details] [--json out.json]
+    .venv/bin/python tools/accuracy_traces.py [--backend analytical] [--collective-model auto|nccl|schedule]
+                                              [--details] [--json out.json]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from xsim_trace.io.sources import resolve_inputs  # noqa: E402
 from xsim_trace.cluster import load_cluster  # noqa: E402
 from xsim_trace.errors import XsimError  # noqa: E402
 from xsim_trace.io import atomic_write  # noqa: E402
+from xsim_trace.replay.settings import ReplaySettings  # noqa: E402
 from xsim_trace.validate.compare import format_table  # noqa: E402
 from xsim_trace.validate.pipeline import validate_captures  # noqa: E402
 
@@ -41,7 +43,7 @@ CASES = (
 )
 
 
-def run_case(spec: str, cluster: str, step, backend: str, skew: bool = True):
+def run_case(spec: str, cluster: str, step, backend: str, skew: bool = True, collective_model: str = "auto"):
     kts = read_ranks(resolve_inputs(spec))
 
     def convert(number):
@@ -49,13 +51,15 @@ def run_case(spec: str, cluster: str, step, backend: str, skew: bool = True):
         return conv.traces, conv.comm_groups
 
     v, _ = validate_captures(spec, load_cluster(cluster), convert, backend=backend, step=step, skew=skew,
-                             alltoall_order=alltoall_schedule)
+                             alltoall_order=alltoall_schedule, settings=ReplaySettings(collective_model=collective_model))
     return v
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="analytical")
+    p.add_argument("--collective-model", choices=("auto", "nccl", "schedule"), default="auto",
+                   help="what prices collectives (default auto: the NCCL model on a closed-form backend)")
     p.add_argument("--details", action="store_true", help="print every per-rank and per-collective table")
     p.add_argument("--json", metavar="FILE", help="write all results as JSON")
     args = p.parse_args(argv)
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, skew in variants:
             t0 = time.perf_counter()
             try:
-                v = run_case(str(KINETO / rel), cluster, step, args.backend, skew)
+                v = run_case(str(KINETO / rel), cluster, step, args.backend, skew, args.collective_model)
             except XsimError as exc:
                 rows.append((name, cluster, "-", "-", "-", "-", "-", "-", f"error: {exc}"))
                 continue
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     head = ("trace", "cluster", "rows", "max|err|%", "mean|err|%", "spread ms meas/sim", "colls / median|err|%",
             "transfer-only / median|err|%", "wall s")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-    print(f"xsim accuracy on the shared real traces (backend {args.backend})")
+    print(f"xsim accuracy on the shared real traces (backend {args.backend}, collective model {args.collective_model})")
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     for r in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(d)
     if args.json:
         with atomic_write(args.json) as f:
-            json.dump({"backend": args.backend, "cases": docs}, f, indent=1, sort_keys=True)
+            json.dump({"backend": args.backend, "collective_model": args.collective_model, "cases": docs}, f, indent=1, sort_keys=True)
             f.write("\n")
     return 0
 

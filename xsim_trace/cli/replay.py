@@ -25,11 +25,12 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
                    help="delay before each send and after each chunk, ns (default 0, or endpoint-delay)")
     p.add_argument("--reduction-delay-ns", type=int, default=0, help="delay after each received message that is reduced, ns")
     p.add_argument("--p2p", choices=("eager", "rendezvous"), default="eager", help="send/recv semantics (default eager)")
-    p.add_argument("--collective-model", choices=("schedule", "nccl"), default="schedule",
-                   help="price collectives by walking --algorithm's schedule (default) or with the NCCL model "
-                        "(algorithm/protocol chosen like NCCL; contention-free backend)")
-    p.add_argument("--nccl-algo", metavar="ALGO", help="with --collective-model nccl: force the algorithm like NCCL_ALGO")
-    p.add_argument("--nccl-proto", metavar="PROTO", help="with --collective-model nccl: force the protocol like NCCL_PROTO")
+    p.add_argument("--collective-model", choices=("auto", "nccl", "schedule"), default="auto",
+                   help="what prices a collective on a closed-form backend (analytical): the NCCL model (NCCL's "
+                        "algorithm/protocol choice) or a walk of --algorithm's schedule; auto (default): nccl "
+                        "unless --algorithm/--chunks/--in-flight/delays configure a schedule")
+    p.add_argument("--nccl-algo", metavar="ALGO", help="force the NCCL model's algorithm like NCCL_ALGO")
+    p.add_argument("--nccl-proto", metavar="PROTO", help="force the NCCL model's protocol like NCCL_PROTO")
     p.add_argument("--drop-missing-deps", action="store_true", help="drop dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--absent-peers", choices=("mirror", "skew"), default="mirror",
                    help="ranks missing from the set (a single-rank capture): each mirrors the nearest captured rank "
@@ -76,7 +77,7 @@ def settings_from_args(args: argparse.Namespace):
         endpoint_delay_ns=pick(args.endpoint_delay_ns, system and system.endpoint_delay_ns, 0),
         reduction_delay_ns=args.reduction_delay_ns,
         p2p=args.p2p,
-        collective_model=getattr(args, "collective_model", "schedule"),
+        collective_model=getattr(args, "collective_model", "auto"),
         nccl_algo=getattr(args, "nccl_algo", None),
         nccl_proto=getattr(args, "nccl_proto", None),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from xsim_trace.cluster.model import Cluster
 from xsim_trace.errors import ConfigError, GraphError
 from xsim_trace.graph.bounds import check_bounds
 from xsim_trace.graph.model import Trace
@@ -45,9 +46,7 @@ def replay_compiled(
             group_of = lambda r: cluster.group_of(r).name  # noqa: E731
         else:
             group_of = cluster.gpu_type
-    pricer = None
-    if settings.collective_model == "nccl":
-        pricer = nccl_pricer(settings, cluster, backend)
+    pricer, settings = collective_pricer(settings, cluster, backend, closed_form=closed_form)
     try:
         raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, pricer=pricer,
                      progress=progress).run()
@@ -59,19 +58,30 @@ def replay_compiled(
     )
 
 
-def nccl_pricer(settings: ReplaySettings, cluster, backend):
-    """The NCCL model as the engine's collective pricer; it prices collectives whole, which needs a
-    resolved cluster and a contention-free backend."""
-    from xsim_trace.network.nccl.pricer import NcclPricer  # noqa: PLC0415
+def collective_pricer(settings: ReplaySettings, cluster, backend, *, closed_form: bool | None = None):
+    """``(pricer, settings)``: the NCCL model (:class:`~xsim_trace.network.nccl.pricer.NcclPricer`) when
+    collectives are priced whole (a closed-form backend, ``closed_form`` not False) on a resolved cluster
+    and ``settings`` want it (``collective_model`` nccl, or auto with the schedule left at its defaults),
+    else None (the engine walks the schedule, or runs its flows); ``settings`` come back with the model
+    used.  An explicit ``nccl`` (or a forced NCCL algorithm/protocol) that cannot apply is a ConfigError."""
     from xsim_trace.replay.collective_pricing import is_contention_free  # noqa: PLC0415
 
-    if cluster is None or not hasattr(cluster, "groups"):
+    explicit = settings.collective_model == "nccl" or bool(settings.nccl_algo or settings.nccl_proto)
+    if not settings.wants_nccl():
+        return None, settings.resolved("schedule")
+    whole = is_contention_free(backend) and closed_form is not False
+    resolved = isinstance(cluster, Cluster)
+    if whole and resolved:
+        from xsim_trace.network.nccl.pricer import NcclPricer  # noqa: PLC0415
+
+        return NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto), settings.resolved("nccl")
+    if explicit and not resolved:
         raise ConfigError("collective_model nccl needs the cluster the ranks run on", field="collective_model")
-    if not is_contention_free(backend):
+    if explicit:
         name = getattr(backend, "name", type(backend).__name__)
         raise ConfigError(f"collective_model nccl prices collectives whole: use a contention-free backend "
                           f"(analytical), found {name}", field="collective_model")
-    return NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto)
+    return None, settings.resolved("schedule")
 
 
 def replay(

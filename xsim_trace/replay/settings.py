@@ -60,7 +60,8 @@ def collective_type(text: str, field_name: str = "algorithm") -> CollectiveType:
         raise ConfigError(f"expected a collective type ({names}), found {text!r}", field=field_name) from None
 
 
-COLLECTIVE_MODELS = ("schedule", "nccl")
+#: what prices a collective the engine prices whole (see ReplaySettings.collective_model)
+COLLECTIVE_MODELS = ("auto", "nccl", "schedule")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +84,14 @@ class ReplaySettings:
     endpoint_delay_ns: int = 0
     reduction_delay_ns: int = 0
     p2p: str = "eager"
-    #: what prices a whole collective on a contention-free backend: ``schedule`` (walk the configured
-    #: algorithm's steps over the backend) or ``nccl`` (xsim_trace.network.nccl: NCCL's algorithm and
-    #: protocol choice; ``nccl_algo`` / ``nccl_proto`` force them like NCCL_ALGO / NCCL_PROTO)
-    collective_model: str = "schedule"
+    #: what prices a collective that the engine prices whole (a closed-form backend: ``analytical``):
+    #: ``nccl`` (xsim_trace.network.nccl: NCCL's algorithm and protocol choice; ``nccl_algo`` /
+    #: ``nccl_proto`` force them like NCCL_ALGO / NCCL_PROTO), ``schedule`` (walk the configured
+    #: algorithm's chunk schedule over the backend), or ``auto`` (the default): ``nccl`` when a resolved
+    #: cluster is given and the schedule is left at its defaults (no algorithm, chunking or delay set),
+    #: else ``schedule``.  Backends that run collectives as flows always run the schedule's flows;
+    #: an explicit ``nccl`` there is an error.  :meth:`resolved` gives the model a replay used.
+    collective_model: str = "auto"
     nccl_algo: str | None = None
     nccl_proto: str | None = None
 
@@ -94,7 +99,7 @@ class ReplaySettings:
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ConfigError(f"expected one of {', '.join(COLLECTIVE_MODELS)}, found {self.collective_model!r}",
                               field="collective_model")
-        if self.collective_model != "nccl" and (self.nccl_algo or self.nccl_proto):
+        if self.collective_model == "schedule" and (self.nccl_algo or self.nccl_proto):
             raise ConfigError("NCCL algorithm / protocol forcing needs collective_model nccl", field="nccl_algo")
         from xsim_trace.network.nccl.kinds import Algo, Proto  # noqa: PLC0415
 
@@ -117,6 +122,23 @@ class ReplaySettings:
             merged[CollectiveType(ctype)] = algorithm_name(algo, f"algorithms.{CollectiveType(ctype).name.lower()}")
         object.__setattr__(self, "algorithms", merged)
 
+    def schedule_is_default(self) -> bool:
+        """True when nothing of the collective schedule was configured (algorithms, chunks, delays)."""
+        return (self.algorithms == DEFAULT_ALGORITHMS and self.chunks == 1 and self.in_flight == 1
+                and self.endpoint_delay_ns == 0 and self.reduction_delay_ns == 0)
+
+    def wants_nccl(self) -> bool:
+        """Whether collectives priced whole should use the NCCL model (before asking the backend)."""
+        if self.collective_model == "auto":
+            return bool(self.nccl_algo or self.nccl_proto) or self.schedule_is_default()
+        return self.collective_model == "nccl"
+
+    def resolved(self, model: str) -> "ReplaySettings":
+        """These settings with ``collective_model`` set to the model a replay used (nccl or schedule)."""
+        from dataclasses import replace  # noqa: PLC0415
+
+        return self if self.collective_model == model else replace(self, collective_model=model)
+
     def algorithm_for(self, ctype: int) -> str:
         try:
             return self.algorithms[CollectiveType(ctype)]
@@ -133,7 +155,7 @@ class ReplaySettings:
         endpoint_delay_ns: int = 0,
         reduction_delay_ns: int = 0,
         p2p: str = "eager",
-        collective_model: str = "schedule",
+        collective_model: str = "auto",
         nccl_algo: str | None = None,
         nccl_proto: str | None = None,
     ) -> "ReplaySettings":
@@ -168,5 +190,5 @@ class ReplaySettings:
             "endpoint_delay_ns": self.endpoint_delay_ns,
             "reduction_delay_ns": self.reduction_delay_ns,
             "p2p": self.p2p,
-        } | ({"collective_model": self.collective_model, "nccl_algo": self.nccl_algo, "nccl_proto": self.nccl_proto}
-             if self.collective_model != "schedule" else {})
+            "collective_model": self.collective_model,
+        } | ({"nccl_algo": self.nccl_algo, "nccl_proto": self.nccl_proto} if self.nccl_algo or self.nccl_proto else {})

@@ -93,15 +93,16 @@ def make_backend(name: str, cluster: Cluster) -> NetworkBackend:
     return make_named(name, build_topology(cluster))
 
 
-def engine_times(result: RewriteResult, cluster: Cluster | None = None, backend: str = "analytical") -> Mapping[tuple[int, int], NodeTime]:
+def engine_times(result: RewriteResult, cluster: Cluster | None = None, backend: str = "analytical",
+                 settings=None) -> Mapping[tuple[int, int], NodeTime]:
     """Per-node times of the engine replay on a resolved ``cluster`` (None: :func:`plan_cluster` of
-    the result's plan)."""
+    the result's plan); ``settings``: ReplaySettings (default: collectives priced by the NCCL model)."""
     from xsim_trace.replay.api import replay
 
     if cluster is None:
         cluster = plan_cluster(result.plan)
     placed = place_on_cluster(result, cluster)
-    rr = replay(result.traces, make_backend(backend, placed), comm_groups=result.comm_groups, cluster=placed)
+    rr = replay(result.traces, make_backend(backend, placed), settings, comm_groups=result.comm_groups, cluster=placed)
     w, t = rr.workload, rr.times
     ranks, ids = w.node_rank.tolist(), w.node_id.tolist()
     ready, start, end = t.ready_ns.tolist(), t.start_ns.tolist(), t.end_ns.tolist()

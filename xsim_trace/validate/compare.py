@@ -62,7 +62,7 @@ class CollectiveRow:
     simulated_ns: int | None
     error_pct: float | None
     peer_wait_ns: int | None = None  # measured wait for the last peer inside the kernel (shared clock only)
-    model: str | None = None  # algo/proto the NCCL collective model chose (--collective-model nccl)
+    model: str | None = None  # algo/proto the NCCL collective model chose (the default on a closed-form backend)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,21 @@ def make_backend(name: str, cluster: Cluster) -> NetworkBackend:
     return make_named(name, build_topology(cluster))
 
 
+def collective_model(cluster: Cluster, backend: str, settings: Any = None) -> tuple[Any, Any]:
+    """``(pricer, settings)``: the NCCL model's pricer when the replay on ``backend`` prices collectives
+    with it (the default on a closed-form backend, see :func:`xsim_trace.replay.api.collective_pricer`),
+    else None; ``settings`` with the collective model the replay uses."""
+    from xsim_trace.network.protocol import close_backend
+    from xsim_trace.replay.api import collective_pricer
+    from xsim_trace.replay.settings import ReplaySettings
+
+    be = make_backend(backend, cluster)
+    try:
+        return collective_pricer(settings if settings is not None else ReplaySettings(), cluster, be)
+    finally:
+        close_backend(be)
+
+
 def engine_runner(cluster: Cluster, backend: str = "analytical", settings: Any = None):
     """A ``run(traces, comm_groups)`` for :func:`simulate` over the replay engine."""
     from xsim_trace.network.protocol import close_backend
@@ -71,6 +86,14 @@ def validate_converted(
     if len(full) < world:
         full, mirrored = mirror_peers(traces, world, alltoall_order=alltoall_order, comm_groups=comm_groups)
         notes.append(f"{len(mirrored)} absent peer(s) of {world} modelled as mirrors of the captured rank(s)")
+    if pricer is not None:  # NCCL runs an all-to-all's sends and receives together: one collective for the model
+        from xsim_trace.validate.alltoall import group_alltoalls  # noqa: PLC0415
+
+        full, grouped = group_alltoalls(full)
+        if grouped:
+            traces = {r: full[r] for r in traces}
+            notes.append(f"{grouped} all-to-all(s) over {len(full)} ranks converted as per-peer send/recv, priced as "
+                         "one NCCL all-to-all each")
     offsets: dict[int, int] = {}
     if skew and shared_clock(measured):
         offsets = start_skew_ns(measured)
@@ -149,12 +172,8 @@ def validate_captures(
     """Measure ``spec``, convert it with ``convert(step)`` (the converter's front end), replay and compare.
     ``step="all"`` validates every ProfilerStep of the capture in turn and merges the results."""
     cluster_name = cluster.name
+    pricer, settings = collective_model(cluster, backend, settings)
     runner = engine_runner(cluster, backend, settings)
-    pricer = None
-    if settings is not None and getattr(settings, "collective_model", "schedule") == "nccl":
-        from xsim_trace.network.nccl.pricer import NcclPricer  # noqa: PLC0415
-
-        pricer = NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto)
     label = name or Path(spec.rstrip("/")).name
     if step == "all":
         numbers = [s.number for s in next(iter(measure(spec).values())).steps]
