@@ -173,6 +173,16 @@ def check_rank_set(
 _ROOTED = frozenset({CollectiveType.BROADCAST, CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER})
 
 
+def _collectives_by_group(traces: Mapping[int, Trace], world: tuple[int, ...]) -> dict[str, dict[int, list[Node]]]:
+    """Each process group's collectives, per rank, in issue order ("" and "0" both name the world)."""
+    per_group: dict[str, dict[int, list[Node]]] = defaultdict(lambda: defaultdict(list))
+    for rank in world:
+        for node in traces[rank].nodes:
+            if node.type == NodeType.COMM_COLL:
+                per_group[node.pg_name or "0"][rank].append(node)
+    return per_group
+
+
 def _group_members(pg: str, comm_groups: Mapping[str, Iterable[int]], world: tuple[int, ...],
                    issuers: Iterable[int]) -> tuple[int, ...]:
     if pg in comm_groups:
@@ -193,11 +203,7 @@ def check_collective_roles(traces: Mapping[int, Trace], comm_groups: Mapping[str
         if bad and len(traces) == max(world) + 1:
             out.append(Problem(ProblemKind.GROUP_MEMBERSHIP, f"process group {pg!r} names rank {bad[0]}, outside "
                                f"0..{max(world)}"))
-    per_group: dict[str, dict[int, list[Node]]] = defaultdict(lambda: defaultdict(list))
-    for rank in world:
-        for node in traces[rank].nodes:
-            if node.type == NodeType.COMM_COLL:
-                per_group[node.pg_name or "0"][rank].append(node)
+    per_group = _collectives_by_group(traces, world)
     for pg in sorted(per_group):
         by_rank = per_group[pg]
         members = _group_members(pg, comm_groups, world, by_rank)
@@ -288,19 +294,10 @@ def check_collectives(traces: Mapping[int, Trace], comm_groups: Mapping[str, Ite
     """Members of each process group must issue the same sequence of (type, size) collectives."""
     out: list[Problem] = []
     world = tuple(sorted(traces))
-    per_group: dict[str, dict[int, list[Node]]] = defaultdict(lambda: defaultdict(list))
-    for rank in world:
-        for node in traces[rank].nodes:
-            if node.type == NodeType.COMM_COLL:
-                per_group[node.pg_name or "0"][rank].append(node)
+    per_group = _collectives_by_group(traces, world)
     for pg in sorted(per_group):
         by_rank = per_group[pg]
-        if pg in comm_groups:
-            members = tuple(sorted(comm_groups[pg]))
-        elif pg in ("", "0"):
-            members = world
-        else:
-            members = tuple(sorted(by_rank))  # unknown group: compare the ranks that use it
+        members = _group_members(pg, comm_groups, world, by_rank)  # unknown group: the ranks that use it
         for rank in sorted(by_rank):
             if rank not in members:
                 first = by_rank[rank][0]
