@@ -141,41 +141,41 @@ def _critical_line(summary_path) -> str | None:
             f"{top['name'] or 'node ' + str(top['node'])} on rank {top['rank']} ({fmt_ns(top['duration_ns'])})")
 
 
+def _mismatch_error(mismatches):
+    """The one-line refusal of ranks captured on another device than the cluster's, naming both."""
+    from xsim_trace.errors import ConfigError
+
+    first = mismatches[0]
+    more = f" (and {len(mismatches) - 1} more rank(s))" if len(mismatches) > 1 else ""
+    return ConfigError(f"{first.describe()}{more}; pass --retarget to rescale the kernels to {first.cluster}",
+                       rank=first.rank, field="--cluster")
+
+
 def check_or_retarget(traces, cluster, *, retarget: bool, host_factor: float = 1.0):
     """Refuse ranks captured on another device than the cluster's (naming both), or, with
     ``retarget``, rescale them to it (logging how many ranks moved)."""
     import logging
 
-    from xsim_trace.errors import ConfigError
     from xsim_trace.rewrite.retarget import device_mismatches, retarget as do_retarget
 
     mismatches = device_mismatches(traces, cluster)
     if not mismatches:
         return traces
     if not retarget:
-        first = mismatches[0]
-        more = f" (and {len(mismatches) - 1} more rank(s))" if len(mismatches) > 1 else ""
-        raise ConfigError(f"{first.describe()}{more}; pass --retarget to rescale the kernels to {first.cluster}",
-                          rank=first.rank, field="--cluster")
+        raise _mismatch_error(mismatches)
     logging.getLogger(__name__).warning("retargeting %d rank(s) from %s to %s", len(mismatches),
                                         mismatches[0].captured, mismatches[0].cluster)
     return do_retarget(traces, cluster, host_factor=host_factor)
 
 
-def _needs_retarget(trace: str, cluster, *, retarget: bool) -> bool:
-    """Whether the captured devices (read from the rank files' metadata alone) differ from the
+def _needs_retarget(metadata, cluster, *, retarget: bool) -> bool:
+    """Whether the captured devices (from the rank files' metadata records alone) differ from the
     cluster's: a ConfigError naming both without ``retarget``, True with it."""
-    from xsim_trace.errors import ConfigError
-    from xsim_trace.io import find_rank_files, read_metadata
     from xsim_trace.rewrite.retarget import metadata_mismatches
 
-    _prefix, files = find_rank_files(trace)
-    mismatches = metadata_mismatches({rank: read_metadata(path) for rank, path in files.items()}, cluster)
+    mismatches = metadata_mismatches(metadata, cluster)
     if mismatches and not retarget:
-        first = mismatches[0]
-        more = f" (and {len(mismatches) - 1} more rank(s))" if len(mismatches) > 1 else ""
-        raise ConfigError(f"{first.describe()}{more}; pass --retarget to rescale the kernels to {first.cluster}",
-                          rank=first.rank, field="--cluster")
+        raise _mismatch_error(mismatches)
     return bool(mismatches)
 
 
@@ -188,10 +188,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     cluster, backend = network_for(args.cluster, args.backend)
     quiet = getattr(args, "quiet", False)
-    partial = _partial_rank_set(args.trace)
-    if partial is not None:
+    metadata = _rank_metadata(args.trace)
+    if _is_partial(metadata):
         workload, prefix = _compile_completed(args, cluster, quiet)
-    elif _needs_retarget(args.trace, cluster, retarget=args.retarget):
+    elif _needs_retarget(metadata, cluster, retarget=args.retarget):
         rs = read_rank_set(args.trace)
         traces = check_or_retarget(rs.traces, cluster, retarget=True, host_factor=args.retarget_host_factor)
         workload, prefix = compile_checked(traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix
@@ -207,19 +207,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _partial_rank_set(trace: str) -> tuple[int, ...] | None:
-    """The ranks present when the rank set at ``trace`` lacks some of its world (by the files'
-    ``world_size`` metadata), else None."""
-    from xsim_trace.graph import attrs as A
+def _rank_metadata(trace: str) -> dict:
+    """Each present rank's GlobalMetadata record (nothing else of the files is read)."""
     from xsim_trace.io import find_rank_files, read_metadata
 
     _prefix, files = find_rank_files(trace, partial=True)
-    world = max(files) + 1
-    for path in files.values():
-        value = read_metadata(path).attr(A.META_WORLD_SIZE)
+    return {rank: read_metadata(path) for rank, path in files.items()}
+
+
+def _is_partial(metadata: dict) -> bool:
+    """Whether the rank set lacks some of its world (by the files' ``world_size`` metadata)."""
+    from xsim_trace.graph import attrs as A
+
+    world = max(metadata) + 1
+    for meta in metadata.values():
+        value = meta.attr(A.META_WORLD_SIZE)
         if isinstance(value, int) and not isinstance(value, bool):
             world = max(world, value)
-    return tuple(files) if len(files) < world else None
+    return len(metadata) < world
 
 
 def _compile_completed(args: argparse.Namespace, cluster, quiet: bool):
