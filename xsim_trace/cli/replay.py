@@ -11,6 +11,16 @@ from xsim_trace.cli.progress import progress_bar
 DEFAULT_BACKEND = "analytical"
 
 
+def add_collective_model_flags(p: argparse.ArgumentParser) -> None:
+    """--collective-model, --nccl-algo, --nccl-proto (replay and validate)."""
+    p.add_argument("--collective-model", choices=("auto", "nccl", "schedule"), default="auto",
+                   help="what prices a collective on a closed-form backend (analytical): the NCCL model (NCCL's "
+                        "algorithm/protocol choice) or a walk of --algorithm's schedule; auto (default): nccl "
+                        "unless --algorithm/--chunks/--in-flight/delays configure a schedule")
+    p.add_argument("--nccl-algo", metavar="ALGO", help="force the NCCL model's algorithm like NCCL_ALGO")
+    p.add_argument("--nccl-proto", metavar="PROTO", help="force the NCCL model's protocol like NCCL_PROTO")
+
+
 def add_replay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=DEFAULT_BACKEND, help=f"network backend (default {DEFAULT_BACKEND}; see `xsim backends`)")
     p.add_argument(
@@ -25,12 +35,7 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
                    help="delay before each send and after each chunk, ns (default 0, or endpoint-delay)")
     p.add_argument("--reduction-delay-ns", type=int, default=0, help="delay after each received message that is reduced, ns")
     p.add_argument("--p2p", choices=("eager", "rendezvous"), default="eager", help="send/recv semantics (default eager)")
-    p.add_argument("--collective-model", choices=("auto", "nccl", "schedule"), default="auto",
-                   help="what prices a collective on a closed-form backend (analytical): the NCCL model (NCCL's "
-                        "algorithm/protocol choice) or a walk of --algorithm's schedule; auto (default): nccl "
-                        "unless --algorithm/--chunks/--in-flight/delays configure a schedule")
-    p.add_argument("--nccl-algo", metavar="ALGO", help="force the NCCL model's algorithm like NCCL_ALGO")
-    p.add_argument("--nccl-proto", metavar="PROTO", help="force the NCCL model's protocol like NCCL_PROTO")
+    add_collective_model_flags(p)
     p.add_argument("--drop-missing-deps", action="store_true", help="drop dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--absent-peers", choices=("mirror", "skew"), default="mirror",
                    help="ranks missing from the set (a single-rank capture): each mirrors the nearest captured rank "

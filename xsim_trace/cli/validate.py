@@ -7,6 +7,7 @@ import json
 import logging
 from pathlib import Path
 
+from xsim_trace.cli.replay import add_collective_model_flags
 from xsim_trace.io import atomic_write
 
 log = logging.getLogger(__name__)
@@ -25,12 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--step", default=None, metavar="N", help="ProfilerStep number, or 'all' (default: the last)")
     p.add_argument("--et", metavar="ET", help="PyTorch Execution Trace(s) to convert with (xsim convert pytorch)")
     p.add_argument("--backend", default="analytical", help="network backend (default: analytical)")
-    p.add_argument("--collective-model", choices=("auto", "nccl", "schedule"), default="auto",
-                   help="price collectives with the NCCL model (auto, the default, on a closed-form backend such as "
-                        "analytical) or by a ring/tree schedule walk (schedule); with one captured rank the model "
-                        "also gives the absent peers' arrival skew")
-    p.add_argument("--nccl-algo", metavar="ALGO", help="force the NCCL model's algorithm (NCCL_ALGO)")
-    p.add_argument("--nccl-proto", metavar="PROTO", help="force the NCCL model's protocol (NCCL_PROTO)")
+    add_collective_model_flags(p)  # with one captured rank the model also gives the absent peers' skew
     p.add_argument("--out", metavar="DIR", help="write validation.json (and validation.png with --plot) here")
     p.add_argument("--plot", action="store_true", help="draw simulated vs measured (needs --out)")
     p.add_argument("--no-skew", action="store_true",
