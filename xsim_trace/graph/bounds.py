@@ -170,36 +170,54 @@ def check_bounds(traces: Mapping[int, Trace]) -> None:
         raise GraphError(f"{why}{more}", file=source, rank=rank, node=node_id, field=fld)
 
 
-def columns_in_bounds(cols: Any) -> bool:
-    """Whether every value of one rank's decoded columns (:class:`xsim_trace.io.et_columns.NodeColumns`)
-    is within the bounds above, checked column-wise.  False sends the caller to the typed reader,
-    whose :func:`check_bounds` names the first offending node and field."""
+def columns_out_of_bounds(cols: Any, rank_ptr: Any = None) -> str | None:
+    """The first bound that decoded columns (:class:`xsim_trace.io.et_columns.NodeColumns`) break, checked
+    column-wise, else None.  ``rank_ptr``: where each rank starts in a set of ranks decoded into one set of
+    columns (default: one rank); the totals hold per rank.  A caller that gets a reason hands the files to
+    the typed reader, whose :func:`check_bounds` names the first offending node and field."""
     import numpy as np
 
-    if len(cols) and (int(cols.node_id.min()) < 0):
-        return False
-    durations = cols.duration_micros.astype(np.int64)
-    exact, has_exact = cols.int_attr(A.DURATION_NS)
-    micros_ok = (durations >= 0) & (durations <= MAX_DURATION_MICROS)
-    if not np.all(micros_ok | has_exact):
-        return False
+    if rank_ptr is None:
+        rank_ptr = np.array([0, len(cols)])
+    if len(cols) and int(cols.node_id.min()) < 0:
+        return "node id"
     for name, rule in INT_FIELDS.items():
         values, has = cols.int_attr(name)
-        if has.any():
-            v = values[has]
-            if int(v.min()) < rule.lo or int(v.max()) > rule.hi:
-                return False
-    comm_type, has_type = cols.int_attr(A.COMM_TYPE)
-    is_coll = (cols.node_type == int(NodeType.COMM_COLL)) & has_type
-    if is_coll.any() and not np.isin(comm_type[is_coll], sorted(_COLLECTIVES)).all():
-        return False
+        if np.any(has & ((values < rule.lo) | (values > rule.hi))):
+            return name
     rule = INT_LIST_FIELDS[A.RING_ORDER]
     for ring in cols.ring_order.values():
         if any(not isinstance(r, int) or rule.problem(r) for r in ring):
-            return False
-    ns = np.where(has_exact, exact, durations * NS_PER_US)
-    if int(ns.sum(dtype=object)) > MAX_TOTAL_NS:
-        return False
+            return A.RING_ORDER
+    exact, has_exact = cols.int_attr(A.DURATION_NS)
+    micros = cols.duration_micros
+    if np.any(~has_exact & (micros > MAX_DURATION_MICROS)):
+        return "duration_micros"
+    comm_type, has_type = cols.int_attr(A.COMM_TYPE)
+    is_coll = (cols.node_type == int(NodeType.COMM_COLL)) & has_type
+    if is_coll.any() and not np.isin(comm_type[is_coll], sorted(_COLLECTIVES)).all():
+        return A.COMM_TYPE
+    ns = np.where(has_exact, exact, micros * NS_PER_US)
+    if max(_per_rank_sums(ns, rank_ptr), default=0) > MAX_TOTAL_NS:
+        return "total duration"
     size, has_size = cols.int_attr(A.COMM_SIZE)
     is_comm = np.isin(cols.node_type, sorted(int(t) for t in _COMM_TYPES)) & has_size
-    return int(size[is_comm].sum(dtype=object)) <= MAX_TOTAL_BYTES
+    if max(_per_rank_sums(np.where(is_comm, size, 0), rank_ptr), default=0) > MAX_TOTAL_BYTES:
+        return "total size"
+    return None
+
+
+def columns_in_bounds(cols: Any) -> bool:
+    """Whether one rank's decoded columns are within the bounds above (:func:`columns_out_of_bounds`)."""
+    return columns_out_of_bounds(cols) is None
+
+
+def _per_rank_sums(values: Any, rank_ptr: Any) -> list[int]:
+    """Exact per-rank sums of non-negative values below 2**53 (split in two parts so no int64 overflows)."""
+    import numpy as np
+
+    out = []
+    for part in (values >> 20, values & ((1 << 20) - 1)):
+        cs = np.concatenate([[0], np.cumsum(part)])
+        out.append(cs[rank_ptr[1:]] - cs[rank_ptr[:-1]])
+    return [int(hi) * (1 << 20) + int(lo) for hi, lo in zip(out[0].tolist(), out[1].tolist())]

@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 
 from xsim_trace.errors import GraphError
-from xsim_trace.graph.bounds import check_bounds
+from xsim_trace.graph.bounds import check_bounds, columns_out_of_bounds
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import NS_PER_US
@@ -164,36 +164,11 @@ def _concat(parts: list[NodeColumns]) -> NodeColumns:
     )
 
 
-def _per_rank_sum(v: np.ndarray, rank_ptr: np.ndarray) -> np.ndarray:
-    """Exact per-rank sums of non-negative values below 2**53 (as Python-size ints in an object array)."""
-    out = []
-    for part in (v >> 20, v & ((1 << 20) - 1)):
-        cs = np.concatenate([[0], np.cumsum(part)])
-        out.append(cs[rank_ptr[1:]] - cs[rank_ptr[:-1]])
-    return out[0].astype(object) * (1 << 20) + out[1].astype(object)
-
-
 def _check_bounds(c: NodeColumns, rank_ptr: np.ndarray) -> None:
     """Refuse (to the typed path, which words the error) what graph.bounds.check_bounds refuses."""
-    from xsim_trace.graph import bounds as B  # noqa: PLC0415
-
-    for name, rule in B.INT_FIELDS.items():
-        v, has = c.int_attr(name)
-        if np.any(has & ((v < rule.lo) | (v > rule.hi))):
-            raise _Unsupported(f"{name} out of bounds")
-    for ring in c.ring_order.values():
-        if any(not 0 <= x <= B.MAX_RANK for x in ring):
-            raise _Unsupported("ring_order out of bounds")
-    dur, has_dur = c.int_attr(A.DURATION_NS)
-    if np.any(~has_dur & (c.duration_micros > B.MAX_DURATION_MICROS)):
-        raise _Unsupported("duration_micros out of bounds")
-    size, _ = c.int_attr(A.COMM_SIZE)
-    t = c.node_type
-    comm = (t == _SEND) | (t == _RECV) | (t == _COLL)
-    if max(_per_rank_sum(np.where(has_dur, dur, c.duration_micros * NS_PER_US), rank_ptr), default=0) > B.MAX_TOTAL_NS:
-        raise _Unsupported("total duration out of bounds")
-    if max(_per_rank_sum(np.where(comm, size, 0), rank_ptr), default=0) > B.MAX_TOTAL_BYTES:
-        raise _Unsupported("total size out of bounds")
+    why = columns_out_of_bounds(c, rank_ptr)
+    if why is not None:
+        raise _Unsupported(f"{why} out of bounds")
 
 
 def _columns(c: NodeColumns, node_rank: np.ndarray, rank_ptr: np.ndarray, num_ranks: int) -> dict:
