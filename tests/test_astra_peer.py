@@ -55,7 +55,11 @@ def test_astra_sim_finishes_every_rank_of_xsim_sets(tmp_path, kind):
         _xsim("generate", "--model", "llama2-7b", "--tp", "2", "--pp", "2", "--dp", "2", "--layers", "2", "--gbs", "4",
               "--out", str(prefix))
     run = bench.run_astra(ASTRA, "analytical", prefix, bench.Net(8), tmp_path, 120)
-    assert run.note == "" and run.sim_ns is not None and run.sim_ns > 0
+    assert run.sim_ns is not None and run.sim_ns > 0, run.note
+    # The peer binary now and then aborts in its own teardown (heap corruption reported by glibc) after every rank
+    # has printed its finish line; the result is complete by then. Its open memory bugs are public
+    # (astra-sim/astra-sim issues 205 and 285). Anything else, such as a rank that never finishes, still fails.
+    assert run.note == "" or run.note.startswith("all ranks finished, then exit"), run.note
 
 
 @pytest.mark.parametrize("backend", ["analytical", "analytical-ca"])
