@@ -17,7 +17,7 @@ from xsim_trace.graph.checks import check_rank_set
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.io import read_rank_set
 from xsim_trace.rewrite.hetero_generate import generate_for_plan, load_plan_for_generate, plan_for_generate
-from xsim_trace.rewrite.plan import plan_from_mapping
+from xsim_trace.plan.parse import plan_from_mapping
 from xsim_trace.rewrite.rewriter import rewrite
 
 from rewrite_helpers import fixed_template, plan_dict

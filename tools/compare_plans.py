@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 
 from xsim_trace.cli.plan import replay_for  # noqa: E402
 from xsim_trace.cli.rewrite import load_template  # noqa: E402
-from xsim_trace.rewrite.compare import compare, format_table  # noqa: E402
-from xsim_trace.rewrite.plan import load_plan  # noqa: E402
+from xsim_trace.evaluate.compare import compare, format_table  # noqa: E402
+from xsim_trace.plan.parse import load_plan  # noqa: E402
 
 PLANS = REPO / "traces" / "plans"
 MAIN = PLANS / "llama7b_h100_a100_pipeline.yaml"

@@ -1,4 +1,4 @@
-"""The closed-form estimate of a whole plan: every pipeline by :mod:`xsim_trace.rewrite.stage_cost`,
+"""The closed-form estimate of a whole plan: every pipeline by :mod:`xsim_trace.plan.stage_cost`,
 then the DP gradient sync per sweep-line interval.
 
 Per pipeline: stage times per micro-batch (compute + TP collectives, embedding / head, the PP
@@ -17,12 +17,13 @@ from dataclasses import dataclass, replace
 from typing import Any, MutableMapping
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.rewrite.partition import uniform_partition
-from xsim_trace.rewrite.partitioning import boundaries, stage_costs
-from xsim_trace.rewrite.plan import Plan, PipelinePlan, stage_memory_bytes
-from xsim_trace.rewrite.stage_cost import StageCost, best_counts, pipeline_ns, ring_allreduce_ns
-from xsim_trace.rewrite.sweep import Segment, dp_intervals
-from xsim_trace.rewrite.template_set import Templates, TemplateSet, as_template_set
+from xsim_trace.plan.layer_split import uniform_partition
+from xsim_trace.plan.partition import boundaries, stage_costs
+from xsim_trace.plan.memory import stage_memory_bytes
+from xsim_trace.plan.model import Plan, PipelinePlan
+from xsim_trace.plan.stage_cost import StageCost, best_counts, pipeline_ns, ring_allreduce_ns
+from xsim_trace.plan.dp_intervals import Segment, dp_intervals
+from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
 
 #: share of a layer's forward + backward time that is backward (2 of 3 GEMM passes)
 BACKWARD_SHARE = 2 / 3

@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError, XsimError
-from xsim_trace.rewrite.model_spec import ModelSpec
-from xsim_trace.rewrite.partitioning import _chunked
-from xsim_trace.rewrite.plan import DeviceGroup, Plan, StagePlan
+from xsim_trace.plan.model_spec import ModelSpec
+from xsim_trace.plan.partition import _chunked
+from xsim_trace.plan.model import DeviceGroup, Plan, StagePlan
 
 
 def groups_from_cluster(cluster: Any) -> tuple[DeviceGroup, ...]:
@@ -75,7 +75,7 @@ def _model_doc(m: ModelSpec) -> dict[str, Any]:
 
 
 def plan_document(plan: Plan, *, name: str | None = None) -> dict[str, Any]:
-    """The plan as a mapping :func:`xsim_trace.rewrite.plan.plan_from_mapping` reads back to the same
+    """The plan as a mapping :func:`xsim_trace.plan.model.plan_from_mapping` reads back to the same
     plan (consecutive identical pipelines become one entry with ``replicas``)."""
     if plan.needs_partition:
         raise ConfigError("resolve the layer partition before writing the plan", field="pipelines")

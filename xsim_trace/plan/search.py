@@ -22,11 +22,11 @@ from typing import Any, Callable, Sequence
 from xsim_trace.errors import ConfigError
 from xsim_trace.plan.closed_form import PlanEstimate, estimate_pipeline, estimate_plan
 from xsim_trace.plan.space import Candidate, Replicas, Space, batch_shares, candidates, structures, variants, why_empty
-from xsim_trace.rewrite.plan import Plan
-from xsim_trace.rewrite.reshard import ReshardStrategy
-from xsim_trace.rewrite.schedules import Schedule
-from xsim_trace.rewrite.stage_cost import pipeline_ns, ring_allreduce_ns
-from xsim_trace.rewrite.template_set import Templates, as_template_set
+from xsim_trace.plan.model import Plan
+from xsim_trace.plan.reshard import ReshardStrategy
+from xsim_trace.plan.schedules import Schedule
+from xsim_trace.plan.stage_cost import pipeline_ns, ring_allreduce_ns
+from xsim_trace.layer_templates.per_stage import Templates, as_template_set
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ class _LayerRates:
     def layer_ns(self, group: str, tp: int) -> float:
         key = (group, tp)
         if key not in self.cache:
-            from xsim_trace.rewrite.partitioning import stage_costs
-            from xsim_trace.rewrite.plan import PipelinePlan, StagePlan
+            from xsim_trace.plan.partition import stage_costs
+            from xsim_trace.plan.model import PipelinePlan, StagePlan
 
             probe = Plan(model=self.space.model, groups=self.space.groups,
                          pipelines=(PipelinePlan((StagePlan(group, tp),)),), micro_batches=1, partition="auto")
@@ -167,7 +167,7 @@ def _shares(space: Space, cand: Candidate, tset, cache: dict) -> list[int]:
 
 
 def _single(space: Space, cand: Candidate, r, m: int) -> Plan:
-    from xsim_trace.rewrite.plan import PipelinePlan
+    from xsim_trace.plan.model import PipelinePlan
 
     one = Candidate((replace(r, count=1),), cand.schedule, cand.chunks, cand.reshard, cand.family)
     plan = one.plan(replace(space, micro_batches=m))

@@ -19,18 +19,18 @@ from typing import Iterable
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace, comm_groups_to_json, make_metadata, make_node
-from xsim_trace.rewrite.layout import Layout, RankInfo, layout
+from xsim_trace.plan.placement import Layout, RankInfo, layout
 from xsim_trace.rewrite.lcm_rings import lcm_rings
-from xsim_trace.rewrite.partition import PartitionReport
-from xsim_trace.rewrite.partitioning import resolve_partition
-from xsim_trace.rewrite.plan import Plan
-from xsim_trace.rewrite.reshard import ReshardPlan, ReshardStrategy, SenderBalancer, plan_reshard
+from xsim_trace.plan.layer_split import PartitionReport
+from xsim_trace.plan.partition import resolve_partition
+from xsim_trace.plan.model import Plan
+from xsim_trace.plan.reshard import ReshardPlan, ReshardStrategy, SenderBalancer, plan_reshard
 from xsim_trace.rewrite.rings import order_ring
-from xsim_trace.rewrite.scaling import op_time_ns
-from xsim_trace.rewrite.schedules import PipeOp, stage_ops
-from xsim_trace.rewrite.sweep import DPInterval, Segment, dp_intervals
-from xsim_trace.rewrite.template_set import Templates, TemplateSet, as_template_set
-from xsim_trace.rewrite.templates import LayerTemplate, ModelTemplate
+from xsim_trace.layer_templates.scaling import op_time_ns
+from xsim_trace.plan.schedules import PipeOp, stage_ops
+from xsim_trace.plan.dp_intervals import DPInterval, Segment, dp_intervals
+from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
+from xsim_trace.layer_templates.template import LayerTemplate, ModelTemplate
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +410,7 @@ def rewrite(plan: Plan, template: Templates) -> RewriteResult:
     """Per-rank traces for ``plan`` (layer ranges filled by its partition mode first).
 
     ``template`` is one :class:`ModelTemplate` (scaled to every stage's device and TP degree) or a
-    mapping group name / (group, tp) -> template (:mod:`xsim_trace.rewrite.template_set`): each
+    mapping group name / (group, tp) -> template (:mod:`xsim_trace.layer_templates.per_stage`): each
     stage is then built from the template of its own group (and TP degree)."""
     templates = as_template_set(template)
     plan, reports = resolve_partition(plan, templates)

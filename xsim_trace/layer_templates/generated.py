@@ -2,7 +2,7 @@
 
 Each stage's layer, embedding and head ops are the workload generator's per-rank ops
 (:mod:`xsim_trace.workload.ops`) at the stage's own TP degree, each compute op timed by
-:func:`xsim_trace.rewrite.templates.templates_from_ops` on the stage's own device (the catalog roofline
+:func:`xsim_trace.layer_templates.template.templates_from_ops` on the stage's own device (the catalog roofline
 plus the per-kernel overhead, as the generator's timer does), so no stage is scaled from another
 device's times.  The TP collectives are the generator's (all-reduce without sequence parallelism, as
 the rewriter emits them).
@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 
 from xsim_trace.errors import ConfigError, XsimError
-from xsim_trace.rewrite.model_spec import ModelSpec
-from xsim_trace.rewrite.plan import DeviceGroup, Plan
-from xsim_trace.rewrite.templates import ModelTemplate, templates_from_ops
+from xsim_trace.plan.model_spec import ModelSpec
+from xsim_trace.plan.model import DeviceGroup, Plan
+from xsim_trace.layer_templates.template import ModelTemplate, templates_from_ops
 
 log = logging.getLogger(__name__)
 

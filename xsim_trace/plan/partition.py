@@ -8,13 +8,15 @@ from fractions import Fraction
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
-from xsim_trace.rewrite.layout import layout
-from xsim_trace.rewrite.partition import PartitionReport, StageCapacity, partition_layers, uniform_partition
-from xsim_trace.rewrite.plan import Plan, PipelinePlan, check_memory, max_layers_in_memory, validate_plan
-from xsim_trace.rewrite.scaling import layer_compute_ns, mean_layer_ns
-from xsim_trace.rewrite.stage_cost import StageCost, best_counts, estimate_ns, exchange_ns, ring_allreduce_ns
-from xsim_trace.rewrite.template_set import Templates, as_template_set
-from xsim_trace.rewrite.templates import ModelTemplate
+from xsim_trace.plan.placement import layout
+from xsim_trace.plan.layer_split import PartitionReport, StageCapacity, partition_layers, uniform_partition
+from xsim_trace.plan.memory import check_memory, max_layers_in_memory
+from xsim_trace.plan.model import Plan, PipelinePlan
+from xsim_trace.plan.validate import validate_plan
+from xsim_trace.layer_templates.scaling import layer_compute_ns, mean_layer_ns
+from xsim_trace.plan.stage_cost import StageCost, best_counts, estimate_ns, exchange_ns, ring_allreduce_ns
+from xsim_trace.layer_templates.per_stage import Templates, as_template_set
+from xsim_trace.layer_templates.template import ModelTemplate
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsim_trace.rewrite.plan import Plan
+from xsim_trace.plan.model import Plan
 from xsim_trace.units import gbps_to_GBps
 
 

@@ -21,7 +21,7 @@ from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace
-from xsim_trace.rewrite.model_spec import ModelSpec
+from xsim_trace.plan.model_spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
