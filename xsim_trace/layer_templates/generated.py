@@ -59,14 +59,15 @@ def group_templates(plan: Plan, wmodel=None) -> dict[tuple[str, int], ModelTempl
     out: dict[tuple[str, int], ModelTemplate] = {}
     for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
-            key = (st.group, st.tp)
-            if key in out:
-                continue
-            try:
-                out[key] = stage_template(plan.model, wmodel, plan.group(st.group), st.tp)
-            except XsimError as exc:
-                raise ConfigError(exc.message, file=plan.source or None, field=f"pipelines[{i}].stages[{j}].tp") from None
-            log.info("templates for %s/tp%d: %s", st.group, st.tp, out[key].source)
+            for group, _ in st.parts:  # a TP group over device groups: one per group at the stage's TP
+                key = (group, st.tp)
+                if key in out:
+                    continue
+                try:
+                    out[key] = stage_template(plan.model, wmodel, plan.group(group), st.tp)
+                except XsimError as exc:
+                    raise ConfigError(exc.message, file=plan.source or None, field=f"pipelines[{i}].stages[{j}].tp") from None
+                log.info("templates for %s/tp%d: %s", group, st.tp, out[key].source)
     return out
 
 

@@ -38,7 +38,7 @@ def check_plan_fits(plan: Plan, cluster: Any, *, source: str | None = None) -> N
             continue
     used: dict[str, int] = {}
     for i, g in enumerate(plan.groups):
-        need = sum(st.tp for p in plan.pipelines for st in p.stages if st.group == g.name)
+        need = sum(k for p in plan.pipelines for st in p.stages for name, k in st.parts if name == g.name)
         used[g.device] = used.get(g.device, 0) + need
         if used[g.device] > have.get(g.device, 0):
             raise ConfigError(f"the plan uses {used[g.device]} {g.device} device(s), the cluster {cluster.name} has "
@@ -82,7 +82,7 @@ def plan_document(plan: Plan, *, name: str | None = None) -> dict[str, Any]:
     pipes: list[dict[str, Any]] = []
     prev = None
     for i, p in enumerate(plan.pipelines):
-        stages = [{"group": s.group, "tp": s.tp,
+        stages = [{**({"groups": dict(s.split)} if s.split else {"group": s.group}), "tp": s.tp,
                    "layers": [list(c) for c in s.chunks] if plan.chunks > 1 else list(s.chunks[0])} for s in p.stages]
         key = (p.stages, plan.micro_batches_of(i))
         if key == prev:

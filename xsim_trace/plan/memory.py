@@ -64,7 +64,7 @@ def stage_memory_bytes(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: i
 
 def max_layers_in_memory(plan: Plan, pipe: PipelinePlan, stage: int) -> int:
     """Most layers a stage can hold within its device memory."""
-    cap = plan.group(pipe.stages[stage].group).spec().hbm_bytes
+    cap = plan.stage_hbm_bytes(pipe.stages[stage])
     lo, hi = 0, plan.model.num_layers
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -79,7 +79,7 @@ def check_memory(plan: Plan) -> None:
     for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
             need = stage_memory_bytes(plan, pipe, j)
-            dev = plan.group(st.group).spec()
+            dev = min((g.spec() for g in plan.stage_groups(st)), key=lambda d: d.hbm_bytes)
             if need > dev.hbm_bytes:
                 raise ConfigError(
                     f"memory exceeded: {st.num_layers} layers at TP {st.tp} need {need / 2**30:.1f} GiB per device, "

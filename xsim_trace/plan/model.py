@@ -48,13 +48,24 @@ class DeviceGroup:
 
 @dataclass(frozen=True, slots=True)
 class StagePlan:
-    group: str
+    group: str  # the device group of its TP ranks (the first one when the TP group spans several)
     tp: int
     chunks: tuple[tuple[int, int], ...] = ()  # layer ranges, one per model chunk; () = to be partitioned
+    split: tuple[tuple[str, int], ...] = ()  # a TP group over device groups: (group, TP ranks there); () = all on group
 
     @property
     def num_layers(self) -> int:
         return sum(b - a for a, b in self.chunks)
+
+    @property
+    def parts(self) -> tuple[tuple[str, int], ...]:
+        """(device group, TP ranks on it), in TP-rank order."""
+        return self.split or ((self.group, self.tp),)
+
+    @property
+    def mixed(self) -> bool:
+        """One TP group over two or more device groups (paced by the slower device and link)."""
+        return len(self.parts) > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +91,22 @@ class Plan:
     global_batch: int = 0
     name: str = ""
     source: str = field(default="", compare=False)
+
+    def stage_groups(self, st: StagePlan) -> tuple[DeviceGroup, ...]:
+        """The device groups a stage's TP ranks sit on."""
+        return tuple(self.group(g) for g, _ in st.parts)
+
+    def stage_hbm_bytes(self, st: StagePlan) -> int:
+        """Per-device memory of a stage: the smallest of its devices (every TP rank holds 1/tp)."""
+        return min(g.spec().hbm_bytes for g in self.stage_groups(st))
+
+    def stage_tp_GBps(self, st: StagePlan) -> float:
+        """The link a stage's TP collectives run on: NVLink inside one group, else (a TP group over
+        two device groups: nodes of different groups) the slower NIC of the groups, one direction."""
+        groups = self.stage_groups(st)
+        if len(groups) == 1:
+            return groups[0].intra_GBps
+        return min(g.nic_gbps for g in groups) / 8.0
 
     def group(self, name: str) -> DeviceGroup:
         for g in self.groups:

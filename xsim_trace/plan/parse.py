@@ -24,7 +24,7 @@ PLAN_FIELDS = frozenset({"name", "model", "device_groups", "pipelines", "micro_b
 GRAD_DTYPES = {"fp32": 4, "bf16": 2}
 GROUP_FIELDS = frozenset({"name", "device", "count", "devices_per_node", "intra_node_GBps", "nic_gbps"})
 PIPELINE_FIELDS = frozenset({"name", "stages", "replicas", "micro_batches"})
-STAGE_FIELDS = frozenset({"group", "tp", "layers"})
+STAGE_FIELDS = frozenset({"group", "tp", "layers", "groups"})
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -123,6 +123,33 @@ def _layer_range(c: _Ctx, v: Any, where: str) -> tuple[int, int]:
     return (a, b)
 
 
+def _stage_groups(c: _Ctx, s: Mapping[str, Any], ws: str, groups: list[DeviceGroup]
+                  ) -> tuple[str, int, tuple[tuple[str, int], ...]]:
+    """A stage's device group and TP: ``group`` + ``tp``, or ``groups: {g1: n1, g2: n2}`` for one TP
+    group of ``n1 + n2`` ranks over two (or more) device groups (``tp`` optional, then their sum)."""
+    names = ", ".join(g.name for g in groups)
+    if "groups" not in s:
+        group = c.get(s, "group", ws, str)
+        if not any(g.name == group for g in groups):
+            raise c.err(f"unknown device group {group!r} (groups: {names})", ws + "group")
+        return group, c.positive(s, "tp", ws, 1, maximum=MAX_DEVICES), ()
+    if "group" in s:
+        raise c.err("give either group (and tp) or groups, not both", ws + "groups")
+    raw = c.get(s, "groups", ws, Mapping)
+    if not raw:
+        raise c.err("expected a mapping of device group -> TP ranks on it", ws + "groups")
+    split = []
+    for name, n in raw.items():
+        if not any(g.name == name for g in groups):
+            raise c.err(f"unknown device group {name!r} (groups: {names})", f"{ws}groups.{name}")
+        split.append((str(name), c.positive(raw, name, ws + "groups.", maximum=MAX_DEVICES)))
+    total = sum(n for _, n in split)
+    tp = c.positive(s, "tp", ws, total, maximum=MAX_DEVICES)
+    if tp != total:
+        raise c.err(f"tp {tp} != the TP ranks over the groups ({' + '.join(str(n) for _, n in split)})", ws + "tp")
+    return split[0][0], tp, (tuple(split) if len(split) > 1 else ())
+
+
 def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -> Plan:
     """A validated plan from a parsed mapping; ``memory=False`` skips the per-device memory check
     (for callers that report memory instead, e.g. ``xsim generate``)."""
@@ -176,10 +203,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
             if not isinstance(s, Mapping):
                 raise c.err(f"expected a mapping, found {s!r}", ws[:-1])
             c.keys(s, STAGE_FIELDS, ws)
-            group = c.get(s, "group", ws, str)
-            if not any(g.name == group for g in groups):
-                raise c.err(f"unknown device group {group!r} (groups: {', '.join(g.name for g in groups)})", ws + "group")
-            tp = c.positive(s, "tp", ws, 1, maximum=MAX_DEVICES)
+            group, tp, split = _stage_groups(c, s, ws, groups)
             raw = s.get("layers")
             ranges: tuple[tuple[int, int], ...] = ()
             if raw is not None and raw != "auto":
@@ -189,7 +213,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
                     ranges = (_layer_range(c, raw, ws + "layers"),)
                 if len(ranges) != chunks:
                     raise c.err(f"expected {chunks} layer range(s), one per chunk, found {len(ranges)}", ws + "layers")
-            stages.append(StagePlan(group=group, tp=tp, chunks=ranges))
+            stages.append(StagePlan(group=group, tp=tp, chunks=ranges, split=split))
         if not stages:
             raise c.err("a pipeline needs at least one stage", w + "stages")
         own_mb = c.positive(p, "micro_batches", w, None) or 0

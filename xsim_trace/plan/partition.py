@@ -68,7 +68,7 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
             continue
         ta, tb = pipe.stages[a].tp, pipe.stages[b].tp
         bw = first[a].bw_GBps(first[b], probe)
-        ga, gb = plan.group(pipe.stages[a].group).intra_GBps, plan.group(pipe.stages[b].group).intra_GBps
+        ga, gb = plan.stage_tp_GBps(pipe.stages[a]), plan.stage_tp_GBps(pipe.stages[b])
         out.append(Boundary(a, b, exchange_ns(act, ta, tb, plan.reshard, bw, gather_GBps=gb),
                             exchange_ns(act, tb, ta, plan.reshard, bw, gather_GBps=ga), ta == tb))
     return out
@@ -93,6 +93,16 @@ def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, int
     return per, pre, post
 
 
+def stage_layer_times(plan: Plan, st, tset) -> tuple[float, float, float]:
+    """(layer, embedding, head) ns of a stage per micro-batch, with its TP collectives on the
+    stage's TP link; a TP group over device groups is paced by its slower device (every TP
+    collective waits for it) and its TP collectives by the slower link (:meth:`Plan.stage_tp_GBps`)."""
+    link = plan.stage_tp_GBps(st)
+    times = [_layer_times(tset.for_stage(g.name, st.tp), g.device, st.tp, plan.model.num_layers, link)
+             for g in plan.stage_groups(st)]
+    return max(times, key=lambda t: t[0])
+
+
 def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]:
     """Closed-form cost of each physical stage of pipeline ``index`` (:mod:`.stage_cost`): compute
     and TP collectives per layer, embedding / head, the boundary transfers it waits for (its
@@ -107,8 +117,7 @@ def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]
         comm[bd.src] += bd.bwd_ns
     out = []
     for s, st in enumerate(pipe.stages):
-        g = plan.group(st.group)
-        per, pre, post = _layer_times(tset.for_stage(st.group, st.tp), g.device, st.tp, n, g.intra_GBps)
+        per, pre, post = stage_layer_times(plan, st, tset)
         extra = (pre if s == 0 else 0.0) + (post if s == p - 1 else 0.0)
         out.append(StageCost(per, extra, comm[s], max_layers_in_memory(probe, pipe, s), min_layers=v))
     return out
@@ -158,9 +167,9 @@ def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -
     for vs in range(p * v):
         s = vs % p
         st = pipe.stages[s]
-        dev = plan.group(st.group).device
-        template = tset.for_stage(st.group, st.tp)
-        per = mean_layer_ns(template, n, dev, st.tp)
+        # the slower device of a TP group over device groups paces it
+        per, dev, template = max(((mean_layer_ns(tset.for_stage(g.name, st.tp), n, g.device, st.tp), g.device,
+                                   tset.for_stage(g.name, st.tp)) for g in plan.stage_groups(st)), key=lambda x: x[0])
         extra = Fraction(0)
         if vs == 0:
             extra += _extra(template, template.pre, dev, st.tp, per)
@@ -168,7 +177,7 @@ def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -
             extra += _extra(template, template.post, dev, st.tp, per)
         probe = replace(plan, pipelines=(pipe,))
         mem = max_layers_in_memory(probe, pipe, s) // v
-        caps.append(StageCapacity(layer_time_ns=per, max_layers=mem, extra_layer_equiv=extra, name=f"{st.group}/tp{st.tp}"))
+        caps.append(StageCapacity(layer_time_ns=per, max_layers=mem, extra_layer_equiv=extra, name="+".join(g for g, _ in st.parts) + f"/tp{st.tp}"))
     if how == "uniform":
         ranges = uniform_partition(n, p * v)
         counts = [b - a for a, b in ranges]

@@ -134,15 +134,16 @@ def lower_bound_ns(space: Space, replicas: Sequence[Replicas], rates: _LayerRate
 
 def _first_sync_ns(space: Space, replicas: Sequence[Replicas], rates: "_LayerRates") -> float:
     """Every pipeline holds layer 0 on its first stage, which finishes last; the DP all-reduce of at
-    least one layer and the embedding over all pipelines starts then (the smallest shard, the
-    slowest NIC)."""
+    least one layer and the embedding over all pipelines starts then (at least the smallest shard on
+    the fastest link any member could use, NVLink or NIC: never above the closed form's sync)."""
     n = sum(r.count for r in replicas)
     if n < 2:
         return 0.0
     base = rates.tset.base
     tp = max(r.parts[0].tp for r in replicas)
-    nic = min(g.nic_gbps for g in space.groups if any(p.group == g.name for r in replicas for p in r.parts))
-    return ring_allreduce_ns((base.layer_grad_bytes + base.pre_grad_bytes) / tp, n, nic / 8.0)
+    bw = max(max(g.nic_gbps / 8.0, g.intra_GBps) for g in space.groups
+             if any(p.group == g.name for r in replicas for p in r.parts))
+    return ring_allreduce_ns((base.layer_grad_bytes + base.pre_grad_bytes) / tp, n, bw)
 
 
 def _shares(space: Space, cand: Candidate, tset, cache: dict) -> list[int]:

@@ -21,7 +21,8 @@ def validate_plan(plan: Plan, *, memory: bool = True) -> None:
                 raise ConfigError(f"TP {st.tp} does not divide the {m.heads} attention heads", file=file, field=f"{w}.tp")
             if m.kv % st.tp and st.tp % m.kv:
                 raise ConfigError(f"TP {st.tp} and the {m.kv} KV heads do not divide one another", file=file, field=f"{w}.tp")
-            used[st.group] = used.get(st.group, 0) + st.tp
+            for g, n in st.parts:
+                used[g] = used.get(g, 0) + n
         if len(pipe.stages) * plan.chunks > m.num_layers:
             raise ConfigError(f"{len(pipe.stages) * plan.chunks} (virtual) stages for {m.num_layers} layers",
                               file=file, field=f"pipelines[{i}].stages")

@@ -169,7 +169,7 @@ def generate_for_plan(plan: Plan, wmodel=None, *, traces: bool = True) -> Hetero
     for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
             parts = stage_memory_parts(plan, pipe, j)
-            cap = plan.group(st.group).spec().hbm_bytes
+            cap = plan.stage_hbm_bytes(st)
             fwd, bwd = layer_compute_ns(templates[(st.group, st.tp)])
             stages.append(StageReport(
                 pipeline=i, stage=j, group=st.group, device=plan.group(st.group).device, tp=st.tp, layers=st.chunks,

@@ -61,18 +61,21 @@ class RewriteResult:
 
 @dataclass
 class _Groups:
-    """Process groups by ordered member tuple -> id ("1", "2", ...; "0" stays "all ranks")."""
+    """Process groups by (role, ordered member tuple) -> id ("1", "2", ...; "0" stays "all ranks").
+    A role gives the same members a communicator of their own (its own stream), so collectives
+    whose issue order depends on when data arrives (the stage-boundary all-gather) never interleave
+    differently on different members with the ones of fixed program order (TP)."""
 
-    ids: dict[tuple[int, ...], str] = field(default_factory=dict)
+    ids: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)
 
-    def get(self, members: Iterable[int]) -> str:
-        key = tuple(members)
+    def get(self, members: Iterable[int], role: str = "") -> str:
+        key = (role, tuple(members))
         if key not in self.ids:
             self.ids[key] = str(len(self.ids) + 1)
         return self.ids[key]
 
     def as_dict(self) -> dict[str, tuple[int, ...]]:
-        return {pg: tuple(sorted(m)) for m, pg in self.ids.items()}
+        return {pg: tuple(sorted(m)) for (_, m), pg in self.ids.items()}
 
 
 @dataclass
@@ -177,7 +180,7 @@ class _Rewriter:
         for members in groups:
             if len(members) < 2:
                 continue
-            pg = self.groups.get(members)
+            pg = self.groups.get(members, "boundary")
             attrs = dict(base)
             attrs.update({A.COMM_TYPE: int(CollectiveType.ALL_GATHER), A.COMM_SIZE: size, A.PG_NAME: pg,
                           A.COMM_KIND: ckind, A.STREAM: coll_stream(pg), A.XFER_PHASE: "allgather"})
@@ -322,7 +325,14 @@ class _Rewriter:
             deps = [self.last_compute[r]]
             if ex is not None:
                 deps += ex.ready.get(r, [])
-            self.last_compute[r] = self.compute(r, layers, back, deps, op, pre, post, tm)
+            rtm, rlayers, rpre, rpost = tm, layers, pre, post
+            if st.mixed:  # a TP group over device groups: each rank from its own group's template
+                rtm = self.templates.for_stage(self.b[r].info.group, st.tp)
+                rlayers = [(i, rtm.layer(i)) for i, _ in layers]
+                rpre, rpost = (rtm.pre if first else None), (rtm.post if last else None)
+                if back:
+                    rpre, rpost = rpost, rpre
+            self.last_compute[r] = self.compute(r, rlayers, back, deps, op, rpre, rpost, rtm)
             if back:
                 self.last_bwd[(r, op.chunk)] = self.last_compute[r]
         # sends to the consumer are created now that this op's compute exists
