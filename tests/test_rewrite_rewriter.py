@@ -380,3 +380,23 @@ def test_every_strategy_delivers_the_replicated_tensor_bytes_conserved(ts, td, s
         total, members = gathers.get(r, (size, 1))
         assert total == size
         assert got.get(r, 0) * members == size  # the disjoint part of the replicated tensor this rank keeps
+
+
+@pytest.mark.parametrize("strategy", ["direct", "leader", "broadcast"])
+def test_tp8_to_tp1_reshard_is_paced_by_the_one_destination_nic(strategy):
+    # H100 x8 TP 8 -> A100 x1 TP 1: every strategy delivers the whole tensor S to the single A100,
+    # through its one 200 Gb/s NIC (25 GB/s), so a forward exchange lasts at least S / 25 GB/s and,
+    # with the flows sharing that port, not much more (the engine once priced direct / leader 8x)
+    from xsim_trace.evaluate.engine_times import engine_times
+
+    size = 8_000_000
+    d = plan_dict(reshard=strategy, model=dict(TINY_MODEL, heads=24, num_layers=4), micro_batches=2,
+                  device_groups=[{"name": "h100", "device": "H100", "count": 8},
+                                 {"name": "a100", "device": "A100-SXM4-80GB", "count": 1, "nic_gbps": 200}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": 8, "layers": [0, 2]},
+                                         {"group": "a100", "tp": 1, "layers": [2, 4]}]}])
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=size))
+    met = compute_metrics(res.traces, engine_times(res))
+    fwd = {b.boundary: b.mean_ns for b in met.boundaries}["p0:v0->v1"]
+    floor = size / 25.0  # ns at 25 GB/s
+    assert floor <= fwd <= 1.2 * floor, (strategy, fwd, floor)  # broadcast: NCCL protocol overhead, +16%

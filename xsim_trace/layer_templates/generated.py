@@ -24,7 +24,7 @@ def workload_model(plan_model: ModelSpec, preset=None):
     """The workload generator's model for a plan's geometry.  ``preset`` (a
     :class:`xsim_trace.workload.model.ModelSpec`; default: the preset the plan's model is named
     after, if any) keeps what a plan cannot say (norm, biases, flash attention, tied embeddings);
-    the plan's geometry wins.  MoE presets are refused: plans describe dense layers."""
+    the plan's geometry wins, MoE fields (experts, top-k, expert width) included."""
     from xsim_trace.workload.model import get_model
 
     if preset is None and plan_model.name:
@@ -34,12 +34,10 @@ def workload_model(plan_model: ModelSpec, preset=None):
             preset = None
     if preset is None:
         return plan_model.to_workload()
-    if preset.is_moe:
-        raise ConfigError(f"{preset.name} is a mixture-of-experts model; deployment plans describe dense layers",
-                          field="model")
     return preset.with_(layers=plan_model.num_layers, hidden=plan_model.hidden, ffn=plan_model.ffn_hidden,
                         heads=plan_model.heads, vocab=plan_model.vocab, seq_len=plan_model.seq_len,
-                        kv_heads=plan_model.kv, swiglu=plan_model.gated_mlp)
+                        kv_heads=plan_model.kv, swiglu=plan_model.gated_mlp, moe_experts=plan_model.moe_experts,
+                        moe_top_k=plan_model.moe_top_k, moe_ffn=plan_model.moe_ffn)
 
 
 def stage_template(plan_model: ModelSpec, wmodel, group: DeviceGroup, tp: int) -> ModelTemplate:
@@ -48,7 +46,8 @@ def stage_template(plan_model: ModelSpec, wmodel, group: DeviceGroup, tp: int) -
     from xsim_trace.workload.program import Program
 
     mbs = plan_model.micro_batch_size
-    Program(wmodel, Framework(tp=tp, micro_batch=mbs, global_batch=mbs))  # the generator's checks of this TP degree
+    ep, etp = plan_model.expert_split(tp)
+    Program(wmodel, Framework(tp=tp, micro_batch=mbs, global_batch=mbs, ep=ep, etp=etp))  # the generator's checks of this TP degree
     dev = group.spec()
     return templates_from_ops(plan_model, wmodel, dev, tp, f"generator:{wmodel.name}@{dev.name}/tp{tp}")
 

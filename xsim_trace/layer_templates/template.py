@@ -190,7 +190,8 @@ def templates_from_ops(model: ModelSpec, wmodel, dev, tp: int, source: str) -> M
         layer_backward, layer_forward
 
     mbs = model.micro_batch_size
-    fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs)
+    ep, etp = model.expert_split(tp)
+    fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs, ep=ep, etp=etp)
 
     def lt(fwd, bwd, layer: int = -1) -> LayerTemplate:
         return LayerTemplate(tuple(_timed(o, dev) for o in fwd), tuple(_timed(o, dev) for o in bwd), layer)

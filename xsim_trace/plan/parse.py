@@ -20,7 +20,7 @@ from xsim_trace.plan.validate import validate_plan
 
 PLAN_FIELDS = frozenset({"name", "model", "device_groups", "pipelines", "micro_batches", "global_batch", "schedule",
                          "chunks", "dp_allreduce", "reshard", "ring_order", "partition", "grad_reduce_dtype",
-                         "distributed_optimizer"})
+                         "distributed_optimizer", "expert_parallel"})
 GRAD_DTYPES = {"fp32": 4, "bf16": 2}
 GROUP_FIELDS = frozenset({"name", "device", "count", "devices_per_node", "intra_node_GBps", "nic_gbps"})
 PIPELINE_FIELDS = frozenset({"name", "stages", "replicas", "micro_batches"})
@@ -79,7 +79,7 @@ def unknown_key_message(key: str, known: Any) -> str:
 
 
 _MODEL_FIELDS = {"num_layers": int, "hidden": int, "heads": int, "ffn_hidden": int, "vocab": int, "seq_len": int,
-                 "micro_batch_size": int, "kv_heads": int}
+                 "micro_batch_size": int, "kv_heads": int, "moe_experts": int, "moe_top_k": int, "moe_ffn": int}
 
 
 def _model(c: _Ctx, m: Any) -> ModelSpec:
@@ -96,7 +96,7 @@ def _model(c: _Ctx, m: Any) -> ModelSpec:
         except ConfigError as exc:
             raise c.err(exc.message, "model.preset") from None
         base = {k: getattr(spec, k) for k in ModelSpec.__slots__
-                if k not in ("dtype_bytes", "grad_reduce_bytes", "optimizer_bytes_per_param")}
+                if k not in ("dtype_bytes", "grad_reduce_bytes", "optimizer_bytes_per_param", "expert_parallel")}
         m = {k: v for k, v in m.items() if k != "preset"}
     c.keys(m, set(_MODEL_FIELDS) | {"gated_mlp", "name", "preset"}, "model.")
     kw: dict[str, Any] = {k: v for k, v in base.items() if k != "name"}
@@ -111,6 +111,8 @@ def _model(c: _Ctx, m: Any) -> ModelSpec:
     spec = ModelSpec(**kw)
     if spec.kv_heads and spec.heads % spec.kv_heads:
         raise c.err(f"kv_heads {spec.kv_heads} does not divide heads {spec.heads}", "model.kv_heads")
+    if spec.is_moe and spec.moe_top_k > spec.moe_experts:
+        raise c.err(f"moe_top_k {spec.moe_top_k} exceeds the {spec.moe_experts} experts", "model.moe_top_k")
     return spec
 
 
@@ -161,7 +163,8 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
     grad_dtype = c.get(data, "grad_reduce_dtype", "", str, "fp32")
     if grad_dtype not in GRAD_DTYPES:
         raise c.err(f"unknown gradient dtype {grad_dtype!r} (choose {', '.join(GRAD_DTYPES)})", "grad_reduce_dtype")
-    model = replace(model, grad_reduce_bytes=GRAD_DTYPES[grad_dtype])
+    model = replace(model, grad_reduce_bytes=GRAD_DTYPES[grad_dtype],
+                    expert_parallel=c.positive(data, "expert_parallel", "", 1, maximum=MAX_DEVICES))
     groups: list[DeviceGroup] = []
     for i, g in enumerate(c.get(data, "device_groups", "", list)):
         w = f"device_groups[{i}]."

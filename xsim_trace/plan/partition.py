@@ -27,15 +27,20 @@ def _extra(template: ModelTemplate, part, device: str, tp: int, per_layer_ns: in
     return Fraction(layer_compute_ns(part, template, device, tp), per_layer_ns)
 
 
-def _tp_collectives_ns(template: ModelTemplate, tp: int, bw_GBps: float) -> float:
-    """A layer's TP collectives (forward + backward) as ring collectives inside the stage."""
-    if tp < 2:
-        return 0.0
+def _tp_collectives_ns(template: ModelTemplate, tp: int, bw_GBps: float, ep: int = 1) -> float:
+    """A layer's collectives inside the stage (forward + backward): TP collectives as ring
+    collectives over the ``tp`` ranks (an all-gather or reduce-scatter half an all-reduce); an
+    MoE layer's dispatch / combine all-to-all over its ``ep`` expert-parallel ranks, each sending
+    (ep-1)/ep of its buffer over the stage's TP link (the same as half a ring all-reduce of ep)."""
     total = 0.0
     for o in template.layer(0).fwd + template.layer(0).bwd:
-        if o.kind != "comp":
-            t = ring_allreduce_ns(o.comm_size_bytes, tp, bw_GBps)
-            total += t if o.comm_type == CollectiveType.ALL_REDUCE else t / 2
+        if o.kind == "comp":
+            continue
+        n = ep if o.comm_type == CollectiveType.ALL_TO_ALL else tp
+        if n < 2:
+            continue
+        t = ring_allreduce_ns(o.comm_size_bytes, n, bw_GBps)
+        total += t if o.comm_type == CollectiveType.ALL_REDUCE else t / 2
     return total
 
 
@@ -79,12 +84,13 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
 _LAYER_CACHE: dict[tuple, tuple[ModelTemplate, tuple[float, float, float]]] = {}
 
 
-def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, intra_GBps: float) -> tuple[float, float, float]:
-    key = (id(template), device, tp, layers, intra_GBps)
+def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, intra_GBps: float, ep: int = 1
+                 ) -> tuple[float, float, float]:
+    key = (id(template), device, tp, layers, intra_GBps, ep)
     hit = _LAYER_CACHE.get(key)
     if hit is not None and hit[0] is template:
         return hit[1]
-    per = mean_layer_ns(template, layers, device, tp) + _tp_collectives_ns(template, tp, intra_GBps)
+    per = mean_layer_ns(template, layers, device, tp) + _tp_collectives_ns(template, tp, intra_GBps, ep)
     pre = layer_compute_ns(template.pre, template, device, tp) if template.pre is not None else 0.0
     post = layer_compute_ns(template.post, template, device, tp) if template.post is not None else 0.0
     if len(_LAYER_CACHE) > 4096:
@@ -98,7 +104,8 @@ def stage_layer_times(plan: Plan, st, tset) -> tuple[float, float, float]:
     stage's TP link; a TP group over device groups is paced by its slower device (every TP
     collective waits for it) and its TP collectives by the slower link (:meth:`Plan.stage_tp_GBps`)."""
     link = plan.stage_tp_GBps(st)
-    times = [_layer_times(tset.for_stage(g.name, st.tp), g.device, st.tp, plan.model.num_layers, link)
+    ep = plan.model.expert_split(st.tp)[0]
+    times = [_layer_times(tset.for_stage(g.name, st.tp), g.device, st.tp, plan.model.num_layers, link, ep)
              for g in plan.stage_groups(st)]
     return max(times, key=lambda t: t[0])
 

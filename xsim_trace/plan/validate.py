@@ -13,6 +13,7 @@ def validate_plan(plan: Plan, *, memory: bool = True) -> None:
     """Structural checks (coverage, TP vs heads, group capacity, batch, and memory unless ``memory`` is False)."""
     file = plan.source or None
     m = plan.model
+    _check_experts(plan)
     used: dict[str, int] = {}
     for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
@@ -21,6 +22,9 @@ def validate_plan(plan: Plan, *, memory: bool = True) -> None:
                 raise ConfigError(f"TP {st.tp} does not divide the {m.heads} attention heads", file=file, field=f"{w}.tp")
             if m.kv % st.tp and st.tp % m.kv:
                 raise ConfigError(f"TP {st.tp} and the {m.kv} KV heads do not divide one another", file=file, field=f"{w}.tp")
+            if st.tp % m.expert_parallel:
+                raise ConfigError(f"expert_parallel {m.expert_parallel} does not divide TP {st.tp} (experts are split over "
+                                  f"the stage's TP ranks)", file=file, field=f"{w}.tp")
             for g, n in st.parts:
                 used[g] = used.get(g, 0) + n
         if len(pipe.stages) * plan.chunks > m.num_layers:
@@ -47,6 +51,16 @@ def validate_plan(plan: Plan, *, memory: bool = True) -> None:
                                   file=file, field=where)
     if memory and not plan.needs_partition:
         check_memory(plan)
+
+
+def _check_experts(plan: Plan) -> None:
+    m, file = plan.model, plan.source or None
+    if m.expert_parallel > 1 and not m.is_moe:
+        raise ConfigError(f"expert_parallel {m.expert_parallel} needs an MoE model (model.moe_experts)", file=file,
+                          field="expert_parallel")
+    if m.is_moe and m.moe_experts % m.expert_parallel:
+        raise ConfigError(f"expert_parallel {m.expert_parallel} does not divide the {m.moe_experts} experts", file=file,
+                          field="expert_parallel")
 
 
 def check_coverage(plan: Plan, index: int) -> None:

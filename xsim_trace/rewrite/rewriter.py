@@ -230,6 +230,16 @@ class _Rewriter:
                     if r != s:
                         ex.ready.setdefault(r, []).append(nid)
 
+    def ep_group(self, info: RankInfo) -> str | None:
+        """An MoE layer's expert-parallel group: ``ep`` consecutive TP ranks of the stage (experts
+        folded onto the TP ranks); None when EP is 1."""
+        ep = self.plan.model.expert_split(info.tp)[0]
+        if ep < 2:
+            return None
+        ranks = self.lay.of(info.pipeline, info.stage)
+        first = info.tp_rank // ep * ep
+        return self.groups.get(ranks[first:first + ep], "ep" if ep < info.tp else "")
+
     # -- compute -----------------------------------------------------------------------------------
     def compute(self, rank: int, layers: list[tuple[int, LayerTemplate]], back: bool, deps: list[int], op: PipeOp,
                 extra_pre: LayerTemplate | None, extra_post: LayerTemplate | None, tm: ModelTemplate) -> int:
@@ -256,10 +266,11 @@ class _Rewriter:
                     ns = op_time_ns(o, tm, info.device, info.tp)
                     last = self.b[rank].add(name, NodeType.COMP, prev, duration_ns=max(1, ns), **attrs)
                 else:
-                    if pg is None:
-                        continue  # TP 1: no TP collective
-                    attrs.update({A.COMM_TYPE: int(o.comm_type), A.COMM_SIZE: o.comm_size_bytes, A.PG_NAME: pg,
-                                  A.COMM_KIND: "tp", A.STREAM: coll_stream(pg)})
+                    cpg, ckind = (self.ep_group(info), "ep") if o.comm_type == CollectiveType.ALL_TO_ALL else (pg, "tp")
+                    if cpg is None:
+                        continue  # TP 1 (or EP 1): no collective
+                    attrs.update({A.COMM_TYPE: int(o.comm_type), A.COMM_SIZE: o.comm_size_bytes, A.PG_NAME: cpg,
+                                  A.COMM_KIND: ckind, A.STREAM: coll_stream(cpg)})
                     last = self.b[rank].add(name, NodeType.COMM_COLL, prev, **attrs)
                 prev = [last]
         if last is None:  # a stage without work still needs a node to hang dependencies on
