@@ -94,3 +94,15 @@ def test_a_mixed_stage_round_trips_through_the_plan_document():
     plan = plan_from_mapping(_mixed())
     back = plan_from_mapping(plan_document(plan))
     assert [p.stages for p in back.pipelines] == [p.stages for p in plan.pipelines]
+
+
+def test_generate_for_a_plan_with_a_mixed_stage_reports_each_group_of_it():
+    from xsim_trace.rewrite.hetero_generate import generate_for_plan
+
+    work = generate_for_plan(plan_from_mapping(_mixed()))
+    first = [(s.group, s.ranks) for s in work.stages if s.stage == 0]
+    assert first == [("h100", (0, 1)), ("a100", (2, 3))]
+    a100 = next(s for s in work.stages if s.group == "a100")
+    h100 = next(s for s in work.stages if s.group == "h100" and s.stage == 0)
+    assert a100.layer_fwd_ns > h100.layer_fwd_ns  # each group timed on its own device
+    assert check_rank_set(work.result.traces, work.result.comm_groups) == []

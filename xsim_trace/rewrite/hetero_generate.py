@@ -166,16 +166,18 @@ def generate_for_plan(plan: Plan, wmodel=None, *, traces: bool = True) -> Hetero
         raise type(exc)(exc.message, file=plan.source, **exc.context) from None
     lay = res.layout if res is not None else layout(plan)
     stages = []
+    group_of = {r.rank: r.group for r in lay.ranks}
     for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
             parts = stage_memory_parts(plan, pipe, j)
-            cap = plan.stage_hbm_bytes(st)
-            fwd, bwd = layer_compute_ns(templates[(st.group, st.tp)])
-            stages.append(StageReport(
-                pipeline=i, stage=j, group=st.group, device=plan.group(st.group).device, tp=st.tp, layers=st.chunks,
-                ranks=lay.of(i, j), layer_fwd_ns=fwd, layer_bwd_ns=bwd,
-                memory=StageMemory(j, parts.params, parts.weights_bytes, parts.grads_bytes, parts.optimizer_bytes,
-                                   parts.activations_bytes, cap)))
+            for name, _ in st.parts:  # a TP group over device groups: a report per group
+                g = plan.group(name)
+                fwd, bwd = layer_compute_ns(templates[(name, st.tp)])
+                stages.append(StageReport(
+                    pipeline=i, stage=j, group=name, device=g.device, tp=st.tp, layers=st.chunks,
+                    ranks=tuple(r for r in lay.of(i, j) if group_of[r] == name), layer_fwd_ns=fwd, layer_bwd_ns=bwd,
+                    memory=StageMemory(j, parts.params, parts.weights_bytes, parts.grads_bytes, parts.optimizer_bytes,
+                                       parts.activations_bytes, g.spec().hbm_bytes)))
     for s in stages:
         if s.memory.out_of_memory:
             log.warning("%s needs %.1f GiB per device, %s has %.0f GiB", s.label, s.memory.total_bytes / 2**30, s.device,
