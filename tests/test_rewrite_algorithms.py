@@ -18,7 +18,7 @@ from xsim_trace.plan.reshard import (
     reshard_flows,
 )
 from xsim_trace.rewrite.rings import order_ring, slow_crossings, split_by_bandwidth
-from xsim_trace.plan.schedules import PipeOp, analytic_timeline, stage_ops
+from xsim_trace.plan.schedules import analytic_timeline, stage_ops
 from xsim_trace.plan.dp_intervals import Segment, dp_intervals
 
 

@@ -9,9 +9,7 @@ device group (``<OUT>.<group>.txt``).  Everything is built before the first file
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.graph.model import Trace
 from xsim_trace.evaluate.metrics import Metrics, compute_metrics
 from xsim_trace.plan.closed_form import estimate_plan
 from xsim_trace.plan.memory import check_memory

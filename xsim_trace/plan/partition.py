@@ -11,11 +11,11 @@ from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.plan.placement import layout
 from xsim_trace.plan.layer_split import PartitionReport, StageCapacity, partition_layers, uniform_partition
 from xsim_trace.plan.memory import check_memory, max_layers_in_memory
-from xsim_trace.plan.model import Plan, PipelinePlan
+from xsim_trace.plan.model import PipelinePlan, Plan, StagePlan
 from xsim_trace.plan.validate import validate_plan
 from xsim_trace.layer_templates.scaling import layer_compute_ns, mean_layer_ns
 from xsim_trace.plan.stage_cost import StageCost, best_counts, estimate_ns, exchange_ns, ring_allreduce_ns
-from xsim_trace.layer_templates.per_stage import Templates, as_template_set
+from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
 from xsim_trace.layer_templates.template import ModelTemplate
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, int
     return per, pre, post
 
 
-def stage_layer_times(plan: Plan, st, tset) -> tuple[float, float, float]:
+def stage_layer_times(plan: Plan, st: StagePlan, tset: TemplateSet) -> tuple[float, float, float]:
     """(layer, embedding, head) ns of a stage per micro-batch, with its TP collectives on the
     stage's TP link; a TP group over device groups is paced by its slower device (every TP
     collective waits for it) and its TP collectives by the slower link (:meth:`Plan.stage_tp_GBps`)."""
@@ -116,7 +116,7 @@ def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]
     forward inputs and backward gradients), memory."""
     tset = as_template_set(templates)
     pipe = plan.pipelines[index]
-    p, v, n = len(pipe.stages), plan.chunks, plan.model.num_layers
+    p, v = len(pipe.stages), plan.chunks
     probe = replace(plan, pipelines=(pipe,))
     comm = [0.0] * p
     for bd in boundaries(plan, index, tset):

@@ -17,7 +17,7 @@ import bisect
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.plan.closed_form import PlanEstimate, estimate_pipeline, estimate_plan
@@ -168,8 +168,6 @@ def _shares(space: Space, cand: Candidate, tset, cache: dict) -> list[int]:
 
 
 def _single(space: Space, cand: Candidate, r, m: int) -> Plan:
-    from xsim_trace.plan.model import PipelinePlan
-
     one = Candidate((replace(r, count=1),), cand.schedule, cand.chunks, cand.reshard, cand.family)
     plan = one.plan(replace(space, micro_batches=m))
     return replace(plan, pipelines=(replace(plan.pipelines[0], micro_batches=m),), global_batch=0)

@@ -188,7 +188,6 @@ def candidates(space: Space) -> Iterator[Candidate]:
 def variants(space: Space, reps: tuple[Replicas, ...], family: str) -> Iterator[Candidate]:
     mixed_tp = any(len({p.tp for p in r.parts}) > 1 for r in reps)
     reshards = space.reshards if mixed_tp else (ReshardStrategy.DIRECT,)
-    n_pipes = sum(r.count for r in reps)
     for sched, v in space.schedules:
         if v > 1:
             stages = [sum(p.stages for p in r.parts) for r in reps]
