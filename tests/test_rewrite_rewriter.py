@@ -399,3 +399,28 @@ def test_tp8_to_tp1_reshard_is_paced_by_the_one_destination_nic(strategy):
     fwd = {b.boundary: b.mean_ns for b in met.boundaries}["p0:v0->v1"]
     floor = size / 25.0  # ns at 25 GB/s
     assert floor <= fwd <= 1.2 * floor, (strategy, fwd, floor)  # broadcast: NCCL protocol overhead, +16%
+
+
+def test_interleaved_leader_reshard_with_two_boundaries_into_one_stage_replays_without_deadlock():
+    # stage 3 (A100 TP 4) all-gathers tensors of two boundaries (the plain PP one from stage 2 and
+    # the backward reshard from stage 0 over the chunk wrap); with the leader strategy its TP ranks
+    # get them in different orders, so one shared communicator deadlocked the replay (found by
+    # tools/plan_search_table.py): each boundary and direction now all-gathers on its own
+    from xsim_trace.evaluate.compare import evaluate
+
+    d = plan_dict(model=dict(TINY_MODEL, num_layers=8), schedule="interleaved-1f1b", chunks=2, reshard="leader",
+                  micro_batches=4, device_groups=[{"name": "h100", "device": "H100", "count": 8},
+                                                  {"name": "a100", "device": "A100-SXM4-80GB", "count": 8}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": 2, "layers": [[0, 1], [4, 5]]},
+                                         {"group": "h100", "tp": 2, "layers": [[1, 2], [5, 6]]},
+                                         {"group": "a100", "tp": 4, "layers": [[2, 3], [6, 7]]},
+                                         {"group": "a100", "tp": 4, "layers": [[3, 4], [7, 8]]}]}])
+    plan = plan_from_mapping(d)
+    res, _, it = evaluate(plan, templates_from_model(ModelSpec(**dict(TINY_MODEL, num_layers=8)), "H100", 1))
+    gathers = {}
+    for t in res.traces.values():
+        for n in t.nodes:
+            if n.type == NodeType.COMM_COLL and int(n.comm_type) == int(CollectiveType.ALL_GATHER):
+                gathers.setdefault(n.pg_name, set()).add(n.attr(A.PP_BOUNDARY))
+    assert all(len(b) == 1 for b in gathers.values())  # one boundary per all-gather communicator
+    assert it > 0

@@ -62,9 +62,10 @@ class RewriteResult:
 @dataclass
 class _Groups:
     """Process groups by (role, ordered member tuple) -> id ("1", "2", ...; "0" stays "all ranks").
-    A role gives the same members a communicator of their own (its own stream), so collectives
-    whose issue order depends on when data arrives (the stage-boundary all-gather) never interleave
-    differently on different members with the ones of fixed program order (TP)."""
+    A role gives the same members a communicator of their own (its own stream): each stage
+    boundary and direction all-gathers on its own, so the all-gathers of one boundary run in
+    micro-batch order (the order their data arrives on every member) and never queue behind
+    another boundary's or the TP collectives."""
 
     ids: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)
 
@@ -180,7 +181,7 @@ class _Rewriter:
         for members in groups:
             if len(members) < 2:
                 continue
-            pg = self.groups.get(members, "boundary")
+            pg = self.groups.get(members, f"boundary {base[A.PP_BOUNDARY]}")
             attrs = dict(base)
             attrs.update({A.COMM_TYPE: int(CollectiveType.ALL_GATHER), A.COMM_SIZE: size, A.PG_NAME: pg,
                           A.COMM_KIND: ckind, A.STREAM: coll_stream(pg), A.XFER_PHASE: "allgather"})
