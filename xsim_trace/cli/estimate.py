@@ -48,15 +48,16 @@ def _intra_GBps(group) -> float:  # noqa: N802
 def _system_from_cluster(args: argparse.Namespace):
     """(cluster, DeviceSpec, GPUs per node, NIC Gb/s per GPU, intra GB/s per GPU) of a one-group cluster."""
     from xsim_trace.cluster import load_cluster
-    from xsim_trace.devices.catalog import load_catalog
+    from xsim_trace.devices.catalog import catalog_for
 
-    cluster = load_cluster(args.cluster)
+    catalog = catalog_for(args.device_file)
+    cluster = load_cluster(args.cluster, catalog=catalog)
     if len(cluster.groups) != 1:
         names = ", ".join(g.name for g in cluster.groups)
         raise ConfigError(f"xsim estimate needs a homogeneous cluster; {cluster.name} has groups {names} "
                           "(use xsim generate --plan for heterogeneous plans)", field="--cluster")
     g = cluster.groups[0]
-    device = load_catalog(args.device_file).get(g.gpu_type)
+    device = catalog.get(g.gpu_type)
     nic = g.nic.count * g.nic.nic_gbps / g.devices_per_node if g.nic is not None else args.nic_gbps
     return cluster, device, g.devices_per_node, nic, _intra_GBps(g)
 
