@@ -73,12 +73,12 @@ OUT_OF_SCOPE = {
     "muon": "Muon optimizer (Newton-Schulz iterations per step); the generator models Adam only",
     "fine_grained_offloading": "fine-grained activation offloading to host memory (D2H/H2D copies) not modelled",
     "tunable_overlap": "tunable TP/DP communication overlap schedule not modelled",
-    "_mla": "multi-latent attention (low-rank Q/KV projections) not modelled",
+    "_mla": "multi-latent attention: the test case's MLA dimensions (q/kv LoRA ranks, head dims) are not in the table",
     "cudagraph": "CUDA graphs (replaced host launches) not modelled",
     "tp_overlap": "TP communication overlap with userbuffers not modelled",
     "a2a_ovlp": "EP all-to-all overlap with compute not modelled",
     "_mtp_": "multi-token prediction heads not modelled",
-    "fsdp": "Megatron-FSDP / torch FSDP2 (per-module parameter gathers) not modelled",
+    "deepseek_proxy": "DeepSeek proxy: multi-latent attention whose dimensions are not in the table, EP all-to-all overlap",
     "qk_layernorm": "QK layernorm in test mode not modelled",
 }
 

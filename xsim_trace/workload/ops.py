@@ -137,23 +137,24 @@ def _tp_out(model: ModelSpec, fw: Framework, d: Dims, name: str) -> list[Op]:
     return [CommOp(name, CommKind.TP, coll, d.tokens * model.hidden * d.elt)]
 
 
-def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
+def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims, *, cp_ring: bool = True) -> list[Op]:
     """Scores, softmax and the weighted sum (one fused kernel with flash attention).  With context
     parallelism, flash attention runs as a ring (:func:`expand_cp_ring` splits it into cp steps);
-    the unfused core all-gathers K and V over the CP group first."""
+    the unfused core (or ``cp_ring=False``: formats without point-to-point steps, SimAI) all-gathers
+    K and V over the CP group first, the same bytes per rank as the ring."""
     heads_tp = model.heads // fw.tp
     qk, v = model.qk_head_dim, model.v_dim
     # QK^T and AV, full (un-masked) count as in Megatron's formula (4 t s h for qk = v = head_dim)
     flops = 2 * d.tokens * d.seq_kv * heads_tp * (qk + v)
     q_bytes = d.tokens * heads_tp * (qk + v) * d.elt  # Q in, O out
     ops: list[Op] = []
+    if fw.cp > 1 and not (model.flash_attention and cp_ring):
+        ops.append(CommOp("cp_kv_allgather", CommKind.CP, CollectiveType.ALL_GATHER, cp_kv_bytes(model, fw, d) * fw.cp))
     if model.flash_attention:
         nbytes = q_bytes + fw.cp * cp_kv_bytes(model, fw, d)
         shape = (fw.micro_batch * heads_tp, d.seq_kv, qk, int(model.causal))
         ops.append(ComputeOp("flash_attention", KernelClass.ATTENTION, flops, nbytes, kernels=1, shape=shape))
         return ops
-    if fw.cp > 1:
-        ops.append(CommOp("cp_kv_allgather", CommKind.CP, CollectiveType.ALL_GATHER, cp_kv_bytes(model, fw, d) * fw.cp))
     score_bytes = fw.micro_batch * heads_tp * (d.tokens // fw.micro_batch) * d.seq_kv * d.elt
     core = HostGroup.ATTENTION_CORE
     q_len = d.tokens // fw.micro_batch
@@ -293,7 +294,13 @@ def layer_forward(model: ModelSpec, fw: Framework, moe: bool | None = None) -> l
     return expand_cp_ring(_layer_forward(model, fw, moe), model, fw)
 
 
-def _layer_forward(model: ModelSpec, fw: Framework, moe: bool | None) -> list[Op]:
+def layer_forward_collective(model: ModelSpec, fw: Framework, moe: bool | None = None) -> list[Op]:
+    """One layer's forward with every communication a collective (no CP ring steps, no waits):
+    for formats that have no point-to-point steps (SimAI)."""
+    return _layer_forward(model, fw, moe, cp_ring=False)
+
+
+def _layer_forward(model: ModelSpec, fw: Framework, moe: bool | None, *, cp_ring: bool = True) -> list[Op]:
     d = dims(model, fw)
     h, e = model.hidden, d.elt
     moe = model.is_moe if moe is None else moe
@@ -301,7 +308,7 @@ def _layer_forward(model: ModelSpec, fw: Framework, moe: bool | None) -> list[Op
     ops: list[Op] = [_mem("input_norm", norm, 2 * d.tokens_sp * h * e)]
     ops += _tp_in(model, fw, d, "tp_allgather_attn")
     ops += qkv_ops(model, fw, d)
-    ops += attention_core_ops(model, fw, d)
+    ops += attention_core_ops(model, fw, d, cp_ring=cp_ring)
     ops.append(_gemm("attn_out_proj", d.tokens, h, model.heads // fw.tp * model.v_dim, e, linear=True))
     ops += _tp_out(model, fw, d, "tp_reduce_attn")
     ops.append(_mem("attn_residual_dropout", KernelClass.ELEMENTWISE, 3 * d.tokens_sp * h * e))
