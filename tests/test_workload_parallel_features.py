@@ -75,6 +75,17 @@ def test_fsdp_prefetch_hides_gathers_and_replay_agrees():
     assert _replay_ns(generate(program, timer)) == pytest.approx(est.step_ns, rel=0.10)
 
 
+def test_fsdp_memory_holds_two_unsharded_layers():
+    from xsim_trace.workload.memory import stage_memory
+
+    model = small_llama(layers=4, seq_len=1024)
+    program, timer = setup(model, Framework(dp=4, zero_stage=3, global_batch=8))
+    zero2 = setup(model, Framework(dp=4, zero_stage=2, global_batch=8))[0]
+    m3, m2 = stage_memory(program, timer.device)[0], stage_memory(zero2, timer.device)[0]
+    layer = sum(program.unit_params("layer", 0))
+    assert m3.weights_bytes == 2 * (m2.params // 4) + 2 * 2 * layer
+
+
 def test_fsdp_with_expert_parallelism_gathers_experts_over_expert_dp():
     moe = get_model("mixtral-8x7b").with_(layers=2, seq_len=256, name="moe-small")
     fw = Framework(dp=4, ep=2, zero_stage=3, global_batch=4)

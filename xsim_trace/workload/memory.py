@@ -86,6 +86,9 @@ def stage_memory(program: Program, device: DeviceSpec) -> list[StageMemory]:
         grads = GRAD_BYTES * (t_dense // (dp if fw.zero_stage >= 2 else 1) + t_expert // (edp if fw.zero_stage >= 2 else 1))
         weights = WEIGHT_BYTES * (dense // (dp if fw.zero_stage >= 3 else 1) + expert // (edp if fw.zero_stage >= 3 else 1))
         layers = sum(c.layers for (s, _), c in program.chunks.items() if s == stage)
+        if program.fsdp:  # ZeRO-3: the unit running and the one prefetched are held unsharded
+            held = [i for (s, _), c in program.chunks.items() if s == stage for i in range(c.first_layer, c.first_layer + c.layers)]
+            weights += 2 * WEIGHT_BYTES * max(sum(program.unit_params("layer", i)) for i in held)
         if fw.schedule is Schedule.GPIPE:
             inflight = fw.microbatches
         else:
