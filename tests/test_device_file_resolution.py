@@ -60,6 +60,10 @@ def test_estimate_cluster_with_device_file(files, capsys):
     assert out["device"] == "TestGPU-X"
     assert main(["estimate", *SMALL, "--cluster", str(cl)]) == 2
     assert "TestGPU-X" in capsys.readouterr().err
+    # --replay on the cluster built from the flags: the user device resolves there too
+    assert main(["estimate", *SMALL, "--device", "testgpu", "--device-file", str(dev), "--replay", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["device"] == "TestGPU-X" and abs(out["replay_vs_estimate_pct"]) < 15
 
 
 def test_replay_checks_and_retargets_in_the_device_file_catalog(files, tmp_path, capsys):

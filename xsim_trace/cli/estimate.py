@@ -62,8 +62,9 @@ def _system_from_cluster(args: argparse.Namespace):
     return cluster, device, g.devices_per_node, nic, _intra_GBps(g)
 
 
-def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float):
-    """A one-group NVSwitch + fat-tree cluster of the setup's device, big enough for its ranks."""
+def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float, catalog=None):
+    """A one-group NVSwitch + fat-tree cluster of the setup's device, big enough for its ranks
+    (its GPU type resolves in ``catalog``, the run's device catalog)."""
     from xsim_trace.cluster.load import cluster_from_dict
 
     dev = setup.device
@@ -77,7 +78,7 @@ def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float):
                            "latency_ns": 250},
             "nic": {"count": gpus_per_node, "nic_gbps": nic_gbps, "latency_ns": 1000},
         }],
-    })
+    }, catalog=catalog)
 
 
 def _replay_s(setup, cluster) -> float:
@@ -111,7 +112,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     out = prediction_dict(setup, pred)
     if args.replay:
         if setup.fw.world_size <= REPLAY_MAX_RANKS:
-            replayed = _replay_s(setup, cluster if cluster is not None else _replay_cluster(setup, gpn, nic))
+            from xsim_trace.devices.catalog import catalog_for
+
+            if cluster is None:
+                cluster = _replay_cluster(setup, gpn, nic, catalog_for(args.device_file))
+            replayed = _replay_s(setup, cluster)
             out["replay_step_time_s"] = round(replayed, 6)
             out["replay_vs_estimate_pct"] = round((replayed / pred.step_s - 1) * 100, 2)
         else:
