@@ -194,6 +194,19 @@ def test_mla_ops_and_dense_first_layers():
     assert wl.traces == reference_generate(program, timer).traces
 
 
+def test_mla_activations_follow_its_widths():
+    from xsim_trace.workload.memory import layer_activation_bytes
+
+    fw = Framework(tp=1, global_batch=1)
+    mla = get_model("deepseek-v3").with_(moe_experts=0, moe_dense_layers=0, moe_shared_experts=0, name="mla-dense")
+    plain = mla.with_(kv_lora_rank=0, q_lora_rank=0, name="mha-dense")
+    s, h, a = mla.seq_len, mla.hidden, mla.heads
+    extra = s * (4 * (a * 192 - h) + 4 * (a * 128 - h) + 2 * (1536 + 512 + 64))
+    from xsim_trace.workload.program import Program
+    assert layer_activation_bytes(Program(mla, fw)) - layer_activation_bytes(Program(plain, fw)) == \
+        pytest.approx(extra, abs=2)
+
+
 def test_deepseek_v3_estimate_at_scale():
     s = make_setup("deepseek-v3", Framework(pp=16, dp=128, ep=64, global_batch=8192, distributed_optimizer=True,
                                             precision="fp8"), "H100")
