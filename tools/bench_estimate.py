@@ -29,7 +29,8 @@ CASES = (
                                  distributed_optimizer=True, overlap_grad_reduce=True, recompute="full")),
     ("llama3-405b", "H100", dict(tp=8, pp=16, dp=128, vpp=7, global_batch=16384, sequence_parallel=True,
                                  distributed_optimizer=True)),
-    ("deepseek-v3", "H100", dict(pp=16, dp=128, ep=64, global_batch=8192, distributed_optimizer=True, precision="fp8")),
+    ("deepseek-v3", "H100", dict(pp=16, dp=128, ep=64, global_batch=8192, distributed_optimizer=True, precision="fp8",
+                                 recompute="full")),
     ("llama3-70b", "H100", dict(tp=8, cp=8, dp=256, global_batch=512, sequence_parallel=True, zero_stage=3)),
 )
 
