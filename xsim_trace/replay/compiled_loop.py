@@ -111,23 +111,94 @@ def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool) -> tuple:
 
 
 def run_compiled(w: CompiledWorkload, schedules: ScheduleCache, settings: ReplaySettings, pricer,
-                 progress: Callable[[int], None] | None = None, booked: bool = False):
-    """``booked``: p2p flows book endpoint ports (the backend is a ``PortBookedFlows``), else each
-    is timed alone (a contention-free backend)."""
-    """``(ready, start, end, wait, peer, stats dict)`` of the replay, run by the kernel."""
+                 progress: Callable[[int], None] | None = None, booked: bool = False, *,
+                 fold: bool = False, rank_class: np.ndarray | None = None):
+    """``(times, stats dict)`` of the replay, run by the kernel: times are (ready, start, end, wait,
+    peer) per node.  ``booked``: p2p flows book endpoint ports (the backend is a
+    ``PortBookedFlows``), else each is timed alone (a contention-free backend).  ``fold``: simulate
+    one rank per class of equivalent ranks (:mod:`xsim_trace.replay.fold`; ``rank_class``: a device
+    class per rank that equivalent ranks share); ``stats['folded_ranks']`` says how many were not
+    simulated (their times are their representative's), and the counts of events are the
+    simulated ones."""
     k = kernel()
     assert k is not None
-    n = w.num_nodes
-    n_sends = int(np.count_nonzero(w.exec_kind == K_SEND))
+    p2p = _p2p(w, schedules, booked)
+    colls = _collectives(w, pricer)
+    found = _find_fold(w, p2p, colls, booked, rank_class) if fold else None
+    if found is None:
+        graph = (w.exec_kind, w.duration_ns, w.resource, w.indegree.astype(np.int32), w.succ_ptr, w.succ_idx)
+        times, stats = _run(k, graph, max(w.num_resources, 1), p2p, colls, settings, progress)
+        return times, dict(stats, folded_ranks=0)
+    from xsim_trace.replay.fold import expand, quotient  # noqa: PLC0415
+
+    q = quotient(w, found)
+    graph, n_res, p2p_q, colls_q = _quotient_arrays(w, q, p2p, colls)
+    times_q, stats = _run(k, graph, n_res, p2p_q, colls_q, settings, progress)
+    if progress is not None:
+        progress(w.num_nodes - len(q.nodes))
+    if stats["finished"] == len(q.nodes):
+        stats["finished"] = w.num_nodes
+    return expand(w, found, q, times_q), dict(stats, folded_ranks=found.folded_ranks)
+
+
+def _find_fold(w: CompiledWorkload, p2p: tuple, colls: tuple, booked: bool, rank_class):
+    from xsim_trace.replay.fold import Couplings, combine, find_fold, segment_sum  # noqa: PLC0415
+
+    key, size_ptr, sizes, times = p2p[2], p2p[11], p2p[12], p2p[13]
+    n_keys = len(size_ptr) - 1
+    if booked:
+        k_lat, k_bw, k_pptr, k_ports, port_bw = p2p[15:20]
+        port_h = np.zeros(len(k_ports), np.uint64) if not len(k_ports) else combine(port_bw[k_ports].view(np.int64))
+        key_sig = combine(k_lat[:n_keys].view(np.int64), k_bw[:n_keys].view(np.int64),
+                          segment_sum(port_h, k_pptr)[:n_keys].view(np.int64)) if n_keys else np.zeros(0, np.uint64)
+        ports = (k_pptr, k_ports)
+    else:
+        key_sig = segment_sum(combine(sizes, times), size_ptr) if n_keys else np.zeros(0, np.uint64)
+        ports = None
+    _, _, inst_ptr, inst_nodes, off, _ = colls
+    c = Couplings(p2p_key=key, key_sig=key_sig, key_ports=ports, inst_ptr=inst_ptr, inst_nodes=inst_nodes, inst_off=off)
+    return find_fold(w, c, rank_class)
+
+
+def _quotient_arrays(w: CompiledWorkload, q, p2p: tuple, colls: tuple):
+    """The kernel's arrays restricted to the representatives' nodes (indices renumbered)."""
+    from xsim_trace.replay.fold import sub_csr  # noqa: PLC0415
+
+    n = q.nodes
+    succ_ptr, succ_idx = sub_csr(w.succ_ptr, w.succ_idx, n, q.index_of)
+    res_used = np.unique(w.resource[n])
+    res_map = np.full(max(w.num_resources, 1), -1, np.int64)
+    res_map[res_used] = np.arange(len(res_used))
+    graph = (w.exec_kind[n], w.duration_ns[n], res_map[w.resource[n]].astype(np.int32),
+             w.indegree[n].astype(np.int32), succ_ptr, succ_idx.astype(np.int32))
+    rank, peer_rank, key, size1 = (a[n] for a in p2p[:4])
+    p2p_q = (rank, peer_rank, key, size1, *p2p[4:10], np.full(len(n), -1, np.int64), *p2p[11:])
+    inst_of, _, inst_ptr, inst_nodes, off, priced = colls
+    keep_entry = q.index_of[inst_nodes] >= 0
+    n_inst = len(inst_ptr) - 1
+    per_inst = np.add.reduceat(keep_entry.astype(np.int64), inst_ptr[:-1]) if len(inst_nodes) else np.zeros(n_inst, np.int64)
+    per_inst = np.where(np.diff(inst_ptr) > 0, per_inst, 0)
+    kept = np.flatnonzero(per_inst > 0)
+    inst_map = np.full(max(n_inst, 1), -1, np.int64)
+    inst_map[kept] = np.arange(len(kept))
+    ptr_q = np.zeros(len(kept) + 1, np.int64)
+    np.cumsum(per_inst[kept], out=ptr_q[1:])
+    io = inst_of[n]
+    colls_q = (np.where(io >= 0, inst_map[np.maximum(io, 0)], -1), np.zeros(len(kept), np.int64), ptr_q,
+               q.index_of[inst_nodes[keep_entry]], off[keep_entry], priced[kept])
+    return graph, len(res_used), p2p_q, colls_q
+
+
+def _run(k, graph: tuple, n_res: int, p2p: tuple, colls: tuple, settings: ReplaySettings, progress):
+    n = len(graph[0])
+    n_sends = int(np.count_nonzero(graph[0] == K_SEND))
     cap = n + n_sends + 1
     heap = (np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int8), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
     fcap = n_sends + 1
     flows = (np.zeros(fcap, np.int64), np.zeros(fcap, np.int64), np.zeros(fcap, np.int8), np.zeros(fcap, np.int64), np.zeros(fcap, np.int64))
     times = (np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64))
-    graph = (w.exec_kind, w.duration_ns, w.resource, w.indegree.astype(np.int32), w.succ_ptr, w.succ_idx)
-    nres = max(w.num_resources, 1)
-    resources = (np.zeros(nres, np.int8), np.full(nres, -1, np.int64), np.full(nres, -1, np.int64), np.full(n, -1, np.int64))
-    args = (*heap, *flows, *times, *graph, *resources, *_p2p(w, schedules, booked), *_collectives(w, pricer))
+    resources = (np.zeros(n_res, np.int8), np.full(n_res, -1, np.int64), np.full(n_res, -1, np.int64), np.full(n, -1, np.int64))
+    args = (*heap, *flows, *times, *graph, *resources, *p2p, *colls)
     work = np.empty(n + 2, np.int64)
     sc = np.zeros(k.N_SCALARS, np.int64)
     delay = np.int64(settings.endpoint_delay_ns)
