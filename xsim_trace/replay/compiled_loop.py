@@ -32,7 +32,10 @@ def kernel():
     return _fast_kernel
 
 
-def _collectives(w: CompiledWorkload, pricer) -> tuple:
+def _collectives(w: CompiledWorkload, pricer, full=None) -> tuple:
+    """``full``: (rank ids, members per group) of a workload that holds some ranks of a larger
+    set only (:mod:`xsim_trace.replay.fold_declared`): each collective is priced for its whole
+    group and its present members take their own offsets."""
     n_inst = len(w.instances)
     sizes = np.fromiter((len(x.nodes) for x in w.instances), np.int64, n_inst)
     ptr = np.zeros(n_inst + 1, np.int64)
@@ -43,11 +46,15 @@ def _collectives(w: CompiledWorkload, pricer) -> tuple:
     for x, inst in enumerate(w.instances):
         a, b = int(ptr[x]), int(ptr[x + 1])
         nodes[a:b] = inst.nodes
-        members = w.groups[inst.group]
+        members = w.groups[inst.group] if full is None else full[1][inst.group]
         if len(members) <= 1 or (inst.size_bytes == 0 and inst.comm_type != CollectiveType.BARRIER):
             continue
         priced[x] = 1
-        off[a:b] = pricer.offsets_ns(inst, members)
+        if full is None:
+            off[a:b] = pricer.offsets_ns(inst, members)
+        else:
+            where = np.searchsorted(members, full[0][list(w.groups[inst.group])])
+            off[a:b] = np.asarray(pricer.offsets_ns(inst, members), np.int64)[where]
     inst_of = w.coll_instance.astype(np.int64)
     return inst_of, np.zeros(n_inst, np.int64), ptr, nodes, off, priced
 
@@ -67,7 +74,8 @@ def _routes(backend, uniq: np.ndarray) -> tuple:
             np.asarray(ports, np.int64), port_bw, np.zeros(max(len(port_bw), 1), np.int64), backend.rounding == "ceil")
 
 
-def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool) -> tuple:
+def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool, rank_ids: np.ndarray | None = None) -> tuple:
+    """``rank_ids``: the backend's rank id of each workload rank (a partial set), else the same."""
     n = w.num_nodes
     kind = w.exec_kind
     is_p2p = (kind == K_SEND) | (kind == K_RECV)
@@ -81,6 +89,8 @@ def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool) -> tuple:
     if len(idx):
         triples = np.stack([src[idx], dst[idx], w.comm_tag[idx].astype(np.int64)], 1)
         uniq, inv = np.unique(triples, axis=0, return_inverse=True)
+        if rank_ids is not None:
+            uniq = np.stack([rank_ids[uniq[:, 0]], rank_ids[uniq[:, 1]], uniq[:, 2]], 1)
         key[idx] = inv.reshape(-1)
         # every size a pair on a key can move: max(size1 of send, size1 of recv) is one of them
         ks = np.unique(np.stack([key[idx], size1[idx]], 1), axis=0)
@@ -112,18 +122,19 @@ def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool) -> tuple:
 
 def run_compiled(w: CompiledWorkload, schedules: ScheduleCache, settings: ReplaySettings, pricer,
                  progress: Callable[[int], None] | None = None, booked: bool = False, *,
-                 fold: bool = False, rank_class: np.ndarray | None = None):
+                 fold: bool = False, rank_class: np.ndarray | None = None, full=None):
     """``(times, stats dict)`` of the replay, run by the kernel: times are (ready, start, end, wait,
     peer) per node.  ``booked``: p2p flows book endpoint ports (the backend is a
     ``PortBookedFlows``), else each is timed alone (a contention-free backend).  ``fold``: simulate
     one rank per class of equivalent ranks (:mod:`xsim_trace.replay.fold`; ``rank_class``: a device
     class per rank that equivalent ranks share); ``stats['folded_ranks']`` says how many were not
     simulated (their times are their representative's), and the counts of events are the
-    simulated ones."""
+    simulated ones.  ``full``: (backend rank id per workload rank, full members per group) when
+    ``w`` holds some ranks of a larger set only (see :func:`_collectives`)."""
     k = kernel()
     assert k is not None
-    p2p = _p2p(w, schedules, booked)
-    colls = _collectives(w, pricer)
+    p2p = _p2p(w, schedules, booked, None if full is None else full[0])
+    colls = _collectives(w, pricer, full)
     found = _find_fold(w, p2p, colls, booked, rank_class) if fold else None
     if found is None:
         graph = (w.exec_kind, w.duration_ns, w.resource, w.indegree.astype(np.int32), w.succ_ptr, w.succ_idx)
