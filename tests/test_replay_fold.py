@@ -126,3 +126,16 @@ def test_replay_compiled_folds_by_default_and_the_table_says_so():
     if res.stats.folded_ranks:
         assert "folded" in render_table(res)
     assert "folded" not in render_table(unfolded)
+
+
+def test_folded_breakdowns_are_the_unfolded_ones():
+    from xsim_trace.replay.results import build_result
+
+    traces, groups = tp_dp_step(tp=4, dp=4, layers=2, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20,
+                                slow_rank=5, slow_factor=1.3)
+    w = compile_workload(traces, groups)
+    folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), ReplaySettings())
+    assert folded.rep_of is not None and full.rep_of is None
+    a = build_result(w, folded, backend="analytical", settings=ReplaySettings())
+    b = build_result(w, full, backend="analytical", settings=ReplaySettings())
+    assert a.ranks == b.ranks and a.groups == b.groups and a.iteration_ns == b.iteration_ns

@@ -149,7 +149,7 @@ def run_compiled(w: CompiledWorkload, schedules: ScheduleCache, settings: Replay
         progress(w.num_nodes - len(q.nodes))
     if stats["finished"] == len(q.nodes):
         stats["finished"] = w.num_nodes
-    return expand(w, found, q, times_q), dict(stats, folded_ranks=found.folded_ranks)
+    return expand(w, found, q, times_q), dict(stats, folded_ranks=found.folded_ranks, rep_of=found.rep_of)
 
 
 def _find_fold(w: CompiledWorkload, p2p: tuple, colls: tuple, booked: bool, rank_class):

@@ -85,6 +85,8 @@ class RawTimes:
     wait_ns: np.ndarray  # collective: its start - this member's start (straggler wait); send/recv: time waiting for the peer
     peer_node: np.ndarray  # send/recv: global index of the node it was matched with, else -1
     stats: EngineStats
+    #: per rank, the rank whose times it took (symmetry folding), or None when every rank was simulated
+    rep_of: np.ndarray | None = None
 
 
 class Engine:
@@ -169,9 +171,11 @@ class Engine:
                                 fold=self.fold, rank_class=self.rank_class)
         times = NodeTimes(0)
         times.ready, times.start, times.end, times.wait, times.peer = t
+        rep_of = stats.pop("rep_of", None)
         if stats.pop("finished") != self.w.num_nodes:
             self._deadlock(times)
-        return RawTimes(ready_ns=t[0], start_ns=t[1], end_ns=t[2], wait_ns=t[3], peer_node=t[4], stats=EngineStats(**stats))
+        return RawTimes(ready_ns=t[0], start_ns=t[1], end_ns=t[2], wait_ns=t[3], peer_node=t[4], stats=EngineStats(**stats),
+                        rep_of=rep_of)
 
     def _deadlock(self, times: NodeTimes) -> None:
         w = self.w
