@@ -139,3 +139,48 @@ def test_folded_breakdowns_are_the_unfolded_ones():
     a = build_result(w, folded, backend="analytical", settings=ReplaySettings())
     b = build_result(w, full, backend="analytical", settings=ReplaySettings())
     assert a.ranks == b.ranks and a.groups == b.groups and a.iteration_ns == b.iteration_ns
+
+
+def _stage_reps(tp: int, dp: int, pp: int) -> np.ndarray:
+    r = np.arange(tp * dp * pp)
+    return (r // (tp * dp)) * tp * dp  # Megatron order tp-dp-pp: rank (tp 0, dp 0) of the stage
+
+
+def test_a_folded_rank_set_replays_as_the_complete_one(pipeline_step, tmp_path):
+    from xsim_trace.io.et_columns import read_columns
+    from xsim_trace.io.rankset import find_rank_files, read_comm_groups
+    from xsim_trace.replay.fold_declared import compile_declared, replay_declared
+
+    part = tmp_path / "part" / "step"
+    xsim(["--quiet", "generate", "--model", "llama2-7b", "--tp", "2", "--pp", "2", "--dp", "4", "--layers", "2",
+          "--ranks", "0,8", "--out", str(part)])
+    cluster = load_cluster("dgx-h100:2")
+    w, _ = compile_rank_files(pipeline_step, columnar=False)
+    backend = make_backend("analytical", build_topology(cluster))
+    pricer, settings = collective_pricer(ReplaySettings(), cluster, backend)
+    full = Engine(w, backend, settings, node_of=[cluster.node_of(r) for r in range(16)], pricer=pricer,
+                  compiled=True).run()
+    _, files = find_rank_files(part, partial=True)
+    d = compile_declared({r: read_columns(files[r]) for r in files}, read_comm_groups(str(part) + ".comm_groups.json"), 16)
+    rep_of = _stage_reps(2, 4, 2)
+    times, stats, per_rank = replay_declared(d, rep_of, cluster, make_backend("analytical", build_topology(cluster)))
+    assert stats["folded_ranks"] == 14
+    pos = np.arange(w.num_nodes) - w.rank_ptr[:-1][w.node_rank]
+    twin = d.workload.rank_ptr[:-1][np.searchsorted(d.rank_ids, rep_of[w.node_rank])] + pos
+    for i, name in enumerate(TIMES[:4]):
+        assert np.array_equal(getattr(full, name), times[i][twin]), name
+    assert np.array_equal(per_rank, np.maximum.reduceat(full.end_ns, w.rank_ptr[:-1]))
+
+
+def test_a_folded_rank_set_needs_its_peers(tmp_path):
+    from xsim_trace.errors import ConfigError
+    from xsim_trace.io.et_columns import read_columns
+    from xsim_trace.io.rankset import find_rank_files, read_comm_groups
+    from xsim_trace.replay.fold_declared import compile_declared
+
+    part = tmp_path / "step"
+    xsim(["--quiet", "generate", "--model", "llama2-7b", "--tp", "2", "--pp", "2", "--dp", "2", "--layers", "2",
+          "--ranks", "0", "--out", str(part)])
+    _, files = find_rank_files(part, partial=True)
+    with pytest.raises(ConfigError, match="not in the set"):
+        compile_declared({r: read_columns(files[r]) for r in files}, read_comm_groups(str(part) + ".comm_groups.json"), 8)
