@@ -184,3 +184,32 @@ def test_a_folded_rank_set_needs_its_peers(tmp_path):
     _, files = find_rank_files(part, partial=True)
     with pytest.raises(ConfigError, match="not in the set"):
         compile_declared({r: read_columns(files[r]) for r in files}, read_comm_groups(str(part) + ".comm_groups.json"), 8)
+
+
+def _tied_step():
+    """Two identical ranks: two all-reduces on one group end at one instant and each wakes a
+    compute node of the same stream, so which runs first is the engine's tie-break."""
+    from xsim_trace.graph.kinds import CollectiveType, NodeType
+    from xsim_trace.graph.model import Trace, make_metadata, make_node
+
+    traces = {}
+    for rank in range(2):
+        ar = dict(comm_type=int(CollectiveType.ALL_REDUCE), comm_size=1 << 20, pg_name="1")
+        nodes = (
+            make_node(0, "ar.a", NodeType.COMM_COLL, stream=1, **ar),
+            make_node(1, "ar.b", NodeType.COMM_COLL, stream=2, **ar),
+            make_node(2, "c", NodeType.COMP, data_deps=[0], stream=0, duration_ns=5_000),
+            make_node(3, "d", NodeType.COMP, data_deps=[1], stream=0, duration_ns=7_000),
+        )
+        traces[rank] = Trace(make_metadata(rank=rank, world_size=2, source="test"), nodes, rank=rank)
+    return traces, {"1": (0, 1)}
+
+
+def test_a_tie_broken_by_the_event_order_replays_every_rank(caplog):
+    traces, groups = _tied_step()
+    w = compile_workload(traces, groups)
+    with caplog.at_level("DEBUG", logger="xsim_trace.replay.compiled_loop"):
+        folded, full = folded_and_not(w, load_cluster("dgx-h100:1"), ReplaySettings())
+    assert_same_times(folded, full)
+    assert folded.stats.folded_ranks == 0 and folded.rep_of is None
+    assert "collective or a transfer" in caplog.text

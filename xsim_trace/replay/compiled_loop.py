@@ -10,6 +10,7 @@ pricer, memoised per shape), the transfer time of every (p2p key, size) a send/r
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import numpy as np
@@ -18,6 +19,8 @@ from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.replay.compile import K_RECV, K_SEND, CompiledWorkload
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
+
+log = logging.getLogger(__name__)
 
 #: events handled between two progress reports
 SLICE_EVENTS = 1 << 20
@@ -144,12 +147,32 @@ def run_compiled(w: CompiledWorkload, schedules: ScheduleCache, settings: Replay
 
     q = quotient(w, found)
     graph, n_res, p2p_q, colls_q = _quotient_arrays(w, q, p2p, colls)
-    times_q, stats = _run(k, graph, n_res, p2p_q, colls_q, settings, progress)
+    times_q, stats = _run(k, graph, n_res, p2p_q, colls_q, settings, None)
+    times = expand(w, found, q, times_q)
+    why = _order_decided_tie(w, q, times, p2p, booked, settings)
+    if why is not None or stats["finished"] != len(q.nodes):
+        log.debug("fold: replaying every rank (%s)", why or "the quotient did not finish")
+        return run_compiled(w, schedules, settings, pricer, progress, booked, fold=False, full=full)
     if progress is not None:
-        progress(w.num_nodes - len(q.nodes))
-    if stats["finished"] == len(q.nodes):
-        stats["finished"] = w.num_nodes
-    return expand(w, found, q, times_q), dict(stats, folded_ranks=found.folded_ranks, rep_of=found.rep_of)
+        progress(w.num_nodes)
+    stats["finished"] = w.num_nodes
+    return times, dict(stats, folded_ranks=found.folded_ranks, rep_of=found.rep_of)
+
+
+def _order_decided_tie(w: CompiledWorkload, q, times: tuple, p2p: tuple, booked: bool, settings: ReplaySettings):
+    """Why the folded run cannot stand for the full one (a tie broken by the global event order), or None."""
+    from xsim_trace.replay.fold import order_decided_tie  # noqa: PLC0415
+
+    ready, start, end, _, peer = times
+    flow_ports = flow_start = None
+    if booked:
+        kind, rank, peer_rank = w.exec_kind, p2p[0], p2p[1]
+        sends = np.flatnonzero((kind == K_SEND) & (rank != peer_rank))
+        flow_start = np.full(w.num_nodes, -1, np.int64)
+        at = start[sends] if settings.p2p == "eager" else np.maximum(start[sends], start[peer[sends]])
+        flow_start[sends] = at + settings.endpoint_delay_ns
+        flow_ports = (p2p[17], p2p[18])
+    return order_decided_tie(w, q, ready, start, end, p2p[2], flow_ports, flow_start)
 
 
 def _find_fold(w: CompiledWorkload, p2p: tuple, colls: tuple, booked: bool, rank_class):

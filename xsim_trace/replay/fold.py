@@ -294,3 +294,67 @@ def expand(w: CompiledWorkload, fold: Fold, q: Quotient, times: tuple[np.ndarray
         peer_pos = pn - w.rank_ptr[:-1][w.node_rank[pn]]
         peer_full[has] = w.rank_ptr[:-1][w.comm_peer[has]] + peer_pos
     return (*out, peer_full)
+
+
+def order_decided_tie(w: CompiledWorkload, q: Quotient, ready: np.ndarray, start: np.ndarray, end: np.ndarray,
+                      p2p_key: np.ndarray, flow_ports: tuple[np.ndarray, np.ndarray] | None = None,
+                      flow_start: np.ndarray | None = None) -> str | None:
+    """Whether the quotient's run broke a tie by the global event order (which, with fewer ranks,
+    may differ from the full run's), on the representatives' nodes (full-workload indices and
+    times).  None when every order-dependent choice was decided by times and rank-local facts:
+
+    - nodes that wait for one resource and became ready at one instant were woken by one node, or
+      by timed nodes that started at different times (their end events are ordered by that);
+    - no two sends (or receives) on one (src, dst, tag) queue started at one instant;
+    - on a port-booking backend, no two flows of the representatives booked one port at one instant
+      (``flow_ports``: (ptr, ports) per p2p key; ``flow_start``: per send node, when its flow
+      started, -1 if none)."""
+    nodes = q.nodes
+    ptr, succ = sub_csr(w.succ_ptr, w.succ_idx, nodes, None)
+    src = np.repeat(nodes, np.diff(ptr))
+    dst = succ.astype(np.int64)
+    hit = end[src] == ready[dst]
+    n_trig = np.bincount(dst[hit], minlength=w.num_nodes)
+    trig = np.full(w.num_nodes, -1, np.int64)
+    trig[dst[hit]] = src[hit]
+    res = w.resource[nodes].astype(np.int64)
+    _, inv, cnt = np.unique(np.stack([res, ready[nodes]], 1), axis=0, return_inverse=True, return_counts=True)
+    inv = inv.reshape(-1)
+    waits = np.zeros(len(cnt), bool)
+    np.logical_or.at(waits, inv, start[nodes] > ready[nodes])
+    tied = (cnt[inv] > 1) & waits[inv]
+    if tied.any():
+        m = nodes[tied]
+        seeded = (w.indegree[m] == 0) & (ready[m] == 0)
+        if np.any((n_trig[m] != 1) & ~seeded):
+            return "a node woken by several ends at one instant waited in a tie"
+        t = np.where(seeded, -2, trig[m])
+        pair = np.unique(np.stack([inv[tied], t], 1), axis=0)
+        shared = pair[:, 1] >= 0
+        groups, trigs = pair[shared, 0], pair[shared, 1]
+        if len(trigs) and np.any(w.exec_kind[trigs] != 0):
+            many = np.bincount(groups, minlength=len(cnt)) > 1
+            if np.any(many[groups] & (w.exec_kind[trigs] != 0)):
+                return "waiting nodes woken at one instant by a collective or a transfer"
+        if len(trigs):
+            key = np.stack([groups, start[trigs]], 1)
+            if len(np.unique(key, axis=0)) != len(key):
+                return "waiting nodes woken by timed nodes that started at one instant"
+    p2p = nodes[p2p_key[nodes] >= 0]
+    if len(p2p):
+        key = np.stack([p2p_key[p2p], w.exec_kind[p2p].astype(np.int64), start[p2p]], 1)
+        if len(np.unique(key, axis=0)) != len(key):
+            return "two transfers on one (src, dst, tag) queue started at one instant"
+    if flow_ports is not None and flow_start is not None:
+        sends = p2p[(w.exec_kind[p2p] == 1) & (flow_start[p2p] >= 0)]
+        if len(sends):
+            kptr, kports = flow_ports
+            k = p2p_key[sends]
+            n_ports = kptr[k + 1] - kptr[k]
+            owner = np.repeat(np.arange(len(sends)), n_ports)
+            port = kports[np.repeat(kptr[k] - np.concatenate([[0], np.cumsum(n_ports)[:-1]]), n_ports)
+                          + np.arange(int(n_ports.sum()))]
+            key = np.stack([port, flow_start[sends][owner]], 1)
+            if len(np.unique(key, axis=0)) != len(key):
+                return "two flows booked one port at one instant"
+    return None
