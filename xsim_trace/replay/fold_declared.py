@@ -125,6 +125,10 @@ def replay_declared(d: DeclaredSet, rep_of: np.ndarray, cluster, backend, settin
     times, stats = run_compiled(w, ScheduleCache(w, backend, settings, node_of), settings, pricer, None, booked,
                                 full=d.full)
     end = times[2]
+    why = stats.pop("order_tie", None)
+    if why is not None:
+        raise ConfigError(f"the folded set cannot stand for the complete one ({why}): replay the complete set",
+                          field="rep_of")
     if stats.pop("finished") != w.num_nodes:
         from xsim_trace.errors import GraphError  # noqa: PLC0415
 
