@@ -213,3 +213,20 @@ def test_a_tie_broken_by_the_event_order_replays_every_rank(caplog):
     assert_same_times(folded, full)
     assert folded.stats.folded_ranks == 0 and folded.rep_of is None
     assert "collective or a transfer" in caplog.text
+
+
+def test_an_absent_rank_is_compared_with_its_representative(pipeline_step):
+    from xsim_trace.io.et_columns import read_columns
+    from xsim_trace.io.rankset import find_rank_files, read_comm_groups
+    from xsim_trace.replay.fold_declared import differs_from_representative
+
+    _, files = find_rank_files(pipeline_step)
+    groups = read_comm_groups(str(pipeline_step) + ".comm_groups.json")
+    rep_of = _stage_reps(2, 4, 2)
+    cols = {r: read_columns(files[r]) for r in (0, 3, 8, 13)}
+    assert differs_from_representative(cols[3], cols[0], groups, rep_of) is None
+    assert differs_from_representative(cols[13], cols[8], groups, rep_of) is None
+    assert differs_from_representative(cols[8], cols[0], groups, rep_of) is not None  # another stage
+    wrong = rep_of.copy()
+    wrong[11] = 11  # rank 3's stage-1 peer declared a class of its own: not rank 0's peer's class
+    assert "peer class" in differs_from_representative(cols[3], cols[0], groups, wrong)

@@ -24,7 +24,9 @@ What is measured, honestly:
   collective for its full group (up to 256 members, on the NCCL model over the two-group cluster)
   and simulates the 16 ranks; the other 16,368 ranks take their representative's times (never
   read, never simulated).  The classes are declared by the benchmark (as the check confirms at
-  small DP), not found: finding them needs all 16,384 rank files decoded (about 40 M nodes, 9 GB of
+  small DP) and spot-checked (``--spot``, after the replay: that many random absent ranks are
+  generated and compared with their representative up to comm-group ids and peers), not found:
+  finding them needs all 16,384 rank files decoded (about 40 M nodes, 9 GB of
   files, ~11 min to generate on this machine), which this benchmark does not do.
 
 Prints wall and CPU seconds, peak RSS (of the whole process, generation included), nodes/s (of the
@@ -197,7 +199,29 @@ def check(dp: int, tmp: Path) -> bool:
     return same_found and same_declared and same_iter
 
 
-def target(dp: int, tmp: Path) -> None:
+def spot_check(dp: int, tmp: Path, count: int) -> str:
+    """Generate ``count`` random absent ranks (seeded) and compare each with its representative
+    up to comm-group ids and peers (:func:`~xsim_trace.replay.fold_declared.differs_from_representative`)."""
+    from xsim_trace.io.et_columns import read_columns
+    from xsim_trace.io.rankset import find_rank_files, read_comm_groups
+    from xsim_trace.replay.fold_declared import differs_from_representative
+
+    rep_of = representatives(dp)
+    absent = np.flatnonzero(rep_of != np.arange(len(rep_of)))
+    rng = np.random.default_rng(16384)
+    sample = np.unique(np.concatenate([rng.choice(absent, size=min(count - 1, len(absent)), replace=False), absent[-1:]]))
+    prefix = tmp / "sample" / "step"
+    generate(prefix, dp, np.unique(np.concatenate([sample, np.unique(rep_of[sample])])))
+    _, files = find_rank_files(prefix, partial=True)
+    groups = read_comm_groups(str(prefix) + ".comm_groups.json")
+    for r in sample.tolist():
+        why = differs_from_representative(read_columns(files[r]), read_columns(files[int(rep_of[r])]), groups, rep_of)
+        if why:
+            raise SystemExit(f"rank {r} is not like its representative {int(rep_of[r])}: {why}")
+    return f"{len(sample)} random folded ranks generated and compared with their representatives: same up to comm-group ids"
+
+
+def target(dp: int, tmp: Path, spot: int) -> None:
     prefix = tmp / "target" / "step"
     reps = np.unique(representatives(dp))
     c0, w0 = time.process_time(), time.perf_counter()
@@ -208,6 +232,8 @@ def target(dp: int, tmp: Path) -> None:
     cluster = cluster_for(dp)
     d, times, stats, per_rank = replay_declared_set(prefix, dp, cluster)
     wall, cpu = time.perf_counter() - w1, time.process_time() - c1
+    rss_replay = peak_rss_mb()
+    spot_line = spot_check(dp, tmp, spot) if spot else "not run"
     n_sim = d.workload.num_nodes
     counts = np.diff(d.workload.rank_ptr)
     n_all = int(counts[np.searchsorted(d.rank_ids, representatives(dp))].sum())
@@ -221,7 +247,8 @@ def target(dp: int, tmp: Path) -> None:
         ("replay: decode + compile + price + simulate", f"{wall:.2f} s wall, {cpu:.2f} s CPU",
          f"{n_sim:,} nodes simulated ({n_sim / cpu:,.0f}/s); {n_all / cpu:,.0f} nodes/s of the full step"),
         ("ranks folded", f"{stats['folded_ranks']:,} of {ranks:,}", f"{len(d.rank_ids)} simulated"),
-        ("peak RSS", f"{peak_rss_mb():,.0f} MB (after generation: {rss_gen:,.0f} MB)", ""),
+        ("peak RSS", f"{rss_replay:,.0f} MB (after generation: {rss_gen:,.0f} MB)", ""),
+        ("declared classes, spot check", spot_line, "(after the replay, not counted)"),
         ("iteration", f"{int(per_rank.max()) / 1e6:,.3f} ms",
          f"H100 ranks {int(per_rank[g == 0].max()) / 1e6:,.3f} ms, H200 ranks {int(per_rank[g == 1].max()) / 1e6:,.3f} ms"),
         ("engine", f"{stats['events']:,} events, {stats['collectives']:,} collectives", f"{stats['flows']:,} p2p flows"),
@@ -236,6 +263,8 @@ def main() -> None:
     ap.add_argument("--dp", type=int, default=256, help="DP degree of the target (even; default 256: 16,384 ranks)")
     ap.add_argument("--check-dp", type=int, default=4, help="DP degree of the exactness check (even; default 4)")
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--spot", type=int, default=32, help="absent ranks of the target to generate and compare with "
+                    "their representative (default 32; 0: none)")
     args = ap.parse_args()
     if args.dp % 2 or args.check_dp % 2:
         raise SystemExit("DP degrees must be even (two device groups of DP/2 replicas)")
@@ -243,7 +272,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if not args.no_check:
             ok = check(args.check_dp, Path(tmp))
-        target(args.dp, Path(tmp))
+        target(args.dp, Path(tmp), args.spot)
     if not ok:
         sys.exit(1)
 

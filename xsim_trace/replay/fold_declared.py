@@ -136,3 +136,39 @@ def replay_declared(d: DeclaredSet, rep_of: np.ndarray, cluster, backend, settin
     per_rank = np.maximum.reduceat(end, w.rank_ptr[:-1]) if w.num_nodes else np.zeros(w.num_ranks, np.int64)
     local = np.searchsorted(d.rank_ids, rep_of)
     return times, dict(stats, folded_ranks=d.world_size - len(d.rank_ids)), per_rank[local]
+
+
+def differs_from_representative(a: NodeColumns, b: NodeColumns, groups: Mapping[str, Sequence[int]],
+                                rep_of: np.ndarray) -> str | None:
+    """Why rank file ``a`` (an absent rank, read for a spot check) is not its representative's
+    ``b`` up to comm-group ids and peers, or None.  Compared: node ids, types, durations,
+    dependencies, every replay attribute but comm_src / comm_dst / comm_tag and pg_name; a
+    send/recv's peer must have ``b``'s peer as representative; a collective's group must have the
+    same size and the same classes (representatives) of members as ``b``'s."""
+    if len(a) != len(b):
+        return f"{len(a)} nodes against {len(b)}"
+    for name in ("node_id", "node_type", "duration_micros", "dep_ptr", "deps"):
+        if not np.array_equal(getattr(a, name), getattr(b, name)):
+            return f"{name} differs"
+    peers = [INT_ATTRS.index(n) for n in ("comm_src", "comm_dst")]
+    keep = [k for k in range(len(INT_ATTRS)) if k not in peers and INT_ATTRS[k] != "comm_tag"]
+    if not np.array_equal(a.ihas, b.ihas) or not np.array_equal(a.ivals[:, keep], b.ivals[:, keep]):
+        return "a replay attribute differs"
+    for k in peers:
+        has = a.ihas[:, k].astype(bool)
+        if np.any(np.asarray(rep_of)[a.ivals[has, k]] != b.ivals[has, k]):
+            return f"a {INT_ATTRS[k]} is not of the representative's peer class"
+    if a.comm_kind != b.comm_kind or a.ring_order != b.ring_order or a.pg_name.keys() != b.pg_name.keys():
+        return "comm kinds, ring orders or collectives differ"
+    seen: set[tuple[str, str]] = set()
+    for i, pg in a.pg_name.items():
+        pair = (pg, b.pg_name[i])
+        if pair in seen:
+            continue
+        seen.add(pair)
+        ga, gb = groups.get(pair[0]), groups.get(pair[1])
+        if ga is None or gb is None:
+            return f"comm group {pair[0] if ga is None else pair[1]} is not in the comm groups"
+        if len(ga) != len(gb) or sorted(np.asarray(rep_of)[list(ga)]) != sorted(np.asarray(rep_of)[list(gb)]):
+            return f"comm group {pair[0]} has other member classes than {pair[1]}"
+    return None
