@@ -155,15 +155,13 @@ def _split_mismatches(w: CompiledWorkload, cols: list[np.ndarray], cls: np.ndarr
     diff = ~ok_node
     for c in cols[:-1]:  # the successor hash is checked edge by edge below
         diff |= np.asarray(c)[twin] != np.asarray(c)
-    deg = cols[9]
-    if len(w.succ_idx):
-        edge_owner = np.repeat(np.arange(w.num_nodes, dtype=np.int64), deg)
+    if len(w.succ_idx):  # a node whose out-degree differs is flagged above; its edges compare garbage
+        edge_owner = np.repeat(np.arange(w.num_nodes, dtype=np.int64), cols[9])
         twin_edge = w.succ_ptr[:-1][twin[edge_owner]] + (np.arange(len(edge_owner)) - w.succ_ptr[:-1][edge_owner])
         twin_edge = np.minimum(twin_edge, len(w.succ_idx) - 1)
         mine = w.succ_idx.astype(np.int64) - w.rank_ptr[:-1][w.node_rank[edge_owner]]
         theirs = w.succ_idx[twin_edge].astype(np.int64) - w.rank_ptr[:-1][w.node_rank[twin[edge_owner]]]
-        bad_edge = (mine != theirs) | diff[twin[edge_owner]]
-        np.logical_or.at(diff, edge_owner[bad_edge], True)
+        np.logical_or.at(diff, edge_owner[mine != theirs], True)
     bad_rank = np.zeros(w.num_ranks, bool)
     np.logical_or.at(bad_rank, w.node_rank[diff], True)
     bad_rank |= ~same_len
