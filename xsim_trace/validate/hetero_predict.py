@@ -32,12 +32,20 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.devices import get_device
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
-from xsim_trace.errors import GraphError
-from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan
+from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan, RowStage
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.families import get_family
 from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.model import ModelSpec as WorkloadModel
+from xsim_trace.workload.pipeline_hetero import (
+    OPTIMIZER_BYTES_PER_PARAM,
+    BlockDims,
+    StageContent,
+    schedule_1f1b,
+    stage_memory_bytes,
+    stage_params,
+    unbuildable_reason,
+)
 from xsim_trace.workload.ops import (
     embedding_backward,
     embedding_forward,
@@ -55,10 +63,6 @@ CLUSTER_KEYWORDS = (("p3.8xlarge", "aws-p3-g4dn"), ("g4dn", "aws-g4dn-t4"), ("cl
 #: v1.1.5 on AWS, Sailor's framework on Alps; the MIT testbed runs Sailor's framework and has no homogeneous row,
 #: so it takes the Alps value (its CPU is not stated)
 TESTBED = {"aws-p3-g4dn": "aws", "aws-g4dn-t4": "aws", "alps-gh200": "alps", "mit-rtx": "alps"}
-
-#: bytes per local parameter of DeepSpeed's fp16 optimizer step: overflow check (2) + unscale and norm of the fp32
-#: gradient (4 + 4) + Adam on fp32 master, momentum, variance (read p, g, m, v, write p, m, v: 28) + fp16 copy (2 + 4)
-OPTIMIZER_BYTES_PER_PARAM = 44
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +145,8 @@ class Prediction:
     pipeline_s: float  # slowest stage's pipeline span
     dp_allreduce_s: float  # gradient all-reduce of that stage
     optimizer_s: float
+    #: why the run cannot start or runs out of memory ("" when it is predicted to run)
+    infeasible: str = ""
 
 
 def row_cluster_name(row: HeteroRow) -> str:
@@ -237,58 +243,6 @@ def _ring_ns(nbytes: int, members: list[Placement], links: tuple[NodeLinks, ...]
     return int(2 * (n - 1) * lat + 2 * (n - 1) / n * nbytes / bw)
 
 
-def _stage_params(wmodel: WorkloadModel, layers: int, embedding: bool, head: bool) -> int:
-    h, f, v = wmodel.hidden, wmodel.ffn, wmodel.vocab
-    per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
-    params = layers * per_layer
-    if embedding:
-        params += v * h + wmodel.seq_len * h
-    if head:
-        params += v * h + 2 * h  # tied copy of the word embedding + final norm
-    return params
-
-
-def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> list[int]:
-    """1F1B (DeepSpeed TrainSchedule) on one replica: end time of each stage's last op.  ``p2p[s]`` is the
-    transfer between stage s and s+1 (blocking on the sender)."""
-    from xsim_trace.workload.schedule import one_f_one_b
-
-    p = len(fwd)
-    orders = [one_f_one_b(s, p, m) for s in range(p)]
-    f_end = [[0] * m for _ in range(p)]
-    b_end = [[0] * m for _ in range(p)]
-    free = [0] * p
-    pos = [0] * p
-    done = 0
-    total = sum(len(o) for o in orders)
-    while done < total:
-        progressed = False
-        for s in range(p):
-            while pos[s] < len(orders[s]):
-                step = orders[s][pos[s]]
-                i = step.microbatch
-                if step.forward:
-                    if s > 0 and not f_end[s - 1][i]:
-                        break
-                    ready = f_end[s - 1][i] + p2p[s - 1] if s > 0 else 0
-                    end = max(free[s], ready) + fwd[s]
-                    f_end[s][i] = end
-                    free[s] = end + (p2p[s] if s < p - 1 else 0)
-                else:
-                    if s < p - 1 and not b_end[s + 1][i]:
-                        break
-                    ready = b_end[s + 1][i] + p2p[s] if s < p - 1 else 0
-                    end = max(free[s], ready) + bwd[s]
-                    b_end[s][i] = end
-                    free[s] = end + (p2p[s - 1] if s > 0 else 0)
-                pos[s] += 1
-                done += 1
-                progressed = True
-        if not progressed:  # cannot happen for 1F1B orders; a guard against an endless loop
-            raise GraphError(f"1F1B recursion stalled after {done} of {total} passes")
-    return [max(b_end[s]) for s in range(p)]
-
-
 def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
     plan: RowPlan = row.plan
     links = node_links(row, cal)
@@ -313,8 +267,13 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
         ends[r] = schedule_1f1b(fwd, bwd, p2p, m)
     best = (0, 0.0, 0, 0)
     peak = (0.0, 1.0, False)
+    dims = block_dims(wmodel)
+    unbuildable = ""
     for s, st in enumerate(plan.stages):
-        params = _stage_params(wmodel, st.num_layers, st.embedding, st.head)
+        params = stage_params(dims, stage_content(st))
+        why = unbuildable_reason(dims, stage_content(st))
+        if why and not unbuildable:
+            unbuildable = f"stage {s}: {why}"
         stage_end = max(ends[r][s] for r in range(dp))
         tp = max(p.tp for p in st.replicas)
         grad_bytes = params // tp * fam.grad_reduce_bytes
@@ -332,38 +291,34 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
             t = kernel_time_ns(KernelClass.OPTIMIZER, 0, nbytes, dev, include_overhead=False) + \
                 (fam.optimizer_fixed_launches + 4 * st.num_layers) * dev.kernel_overhead_ns
             opt = max(opt, t, int((fam.optimizer_fixed_launches + 4 * st.num_layers) * fam.host_module_ns * 0.25))
-            need, cap = _memory_GiB(row, wmodel, s, pl, params, cal)
+            need, cap = _memory_GiB(row, wmodel, s, pl, cal)
             if need / cap > peak[0] / peak[1]:
                 peak = (need, cap, need > cap)
         total = stage_end + ar + opt
         if total > best[0]:
             best = (total, stage_end, ar, opt)
     total_ns = best[0] + cal.step_host_ns
-    return Prediction(row.row_id, total_ns / 1e9, peak[2], peak[0], peak[1], best[1] / 1e9, best[2] / 1e9,
-                      best[3] / 1e9)
+    reason = unbuildable or (f"out of memory: {peak[0]:.1f} of {peak[1]:.0f} GiB" if peak[2] else "")
+    return Prediction(row.row_id, total_ns / 1e9, bool(reason), peak[0], peak[1], best[1] / 1e9, best[2] / 1e9,
+                      best[3] / 1e9, reason)
 
 
-def _memory_GiB(row: HeteroRow, wmodel: WorkloadModel, stage: int, pl: Placement, params: int,
-                cal: HeteroCalibration) -> tuple[float, float]:
-    """(need, capacity) of one GPU of a stage replica under DeepSpeed's fp16 pipeline: fp16 weights and gradients,
-    fp32 gradient copy for the all-reduce, fp32 master weights and Adam moments (20 B/param / TP); activations of
-    the micro-batches in flight under 1F1B (``min(stages - stage, micro-batches)``),
-    Korthikanti's per-layer bytes without sequence parallelism or recompute; fp32 logits and their gradient on the
-    last stage; a fixed reserve."""
+def _memory_GiB(row: HeteroRow, wmodel: WorkloadModel, stage: int, pl: Placement, cal: HeteroCalibration
+                ) -> tuple[float, float]:
+    """(need, capacity) of one GPU of a stage replica (xsim_trace.workload.pipeline_hetero) plus the reserve."""
     plan = row.plan
-    st = plan.stages[stage]
-    s, b, h, a, t = row.seq_len, plan.micro_batch, wmodel.hidden, wmodel.heads, pl.tp
-    state = params / t * 20
-    per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
-    pp = plan.pp
-    buffers = min(pp - stage, plan.micro_batches)  # 1F1B: micro-batches whose activations wait for their backward
-    act = per_layer * st.num_layers * buffers
-    if st.embedding:
-        act += s * b * h * 2 * buffers
-    if st.head:
-        act += s * b * wmodel.vocab / t * (2 + 4 + 4)  # fp16 logits, fp32 copy, fp32 softmax gradient
-    need = (state + act) / 2**30 + cal.reserved_GiB
-    return need, get_device(pl.device).hbm_GiB
+    need = stage_memory_bytes(block_dims(wmodel), stage_content(plan.stages[stage]), stage, plan.pp,
+                              plan.micro_batch, plan.micro_batches, pl.tp)
+    return need / 2**30 + cal.reserved_GiB, get_device(pl.device).hbm_GiB
+
+
+def stage_content(st: RowStage) -> StageContent:
+    return StageContent(blocks=st.num_layers, embedding=st.embedding, final_norm=st.final_norm, head=st.head)
+
+
+def block_dims(wmodel: WorkloadModel) -> BlockDims:
+    return BlockDims(hidden=wmodel.hidden, ffn=wmodel.ffn, heads=wmodel.heads, vocab=wmodel.vocab,
+                     seq_len=wmodel.seq_len)
 
 
 __all__ = ["CLUSTER_KEYWORDS", "FITTED", "HeteroCalibration", "NodeLinks", "Prediction", "node_links", "predict",
