@@ -125,10 +125,12 @@ def stage_memory_bytes(d: BlockDims, st: StageContent, stage: int, stages: int, 
     return state + act
 
 
-def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> list[int]:
+def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
+                  p2p_bwd: list[int] | None = None) -> list[int]:
     """DeepSpeed ``TrainSchedule`` (1F1B) on one pipeline replica: the end time of each stage's last backward.
-    ``fwd[s]`` / ``bwd[s]`` are stage s's pass times, ``p2p[s]`` the transfer between stage s and s + 1 (the sender
-    is busy until it is on the wire)."""
+    ``fwd[s]`` / ``bwd[s]`` are stage s's pass times, ``p2p[s]`` the activation transfer from stage s to s + 1 and
+    ``p2p_bwd[s]`` the gradient's way back (default: the same; the sender is busy until it is on the wire)."""
+    back = p2p if p2p_bwd is None else p2p_bwd
     p = len(fwd)
     orders = [one_f_one_b(s, p, m) for s in range(p)]
     f_end = [[0] * m for _ in range(p)]
@@ -153,10 +155,10 @@ def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> lis
                 else:
                     if s < p - 1 and not b_end[s + 1][i]:
                         break
-                    ready = b_end[s + 1][i] + p2p[s] if s < p - 1 else 0
+                    ready = b_end[s + 1][i] + back[s] if s < p - 1 else 0
                     end = max(free[s], ready) + bwd[s]
                     b_end[s][i] = end
-                    free[s] = end + (p2p[s - 1] if s > 0 else 0)
+                    free[s] = end + (back[s - 1] if s > 0 else 0)
                 pos[s] += 1
                 done += 1
                 progressed = True
