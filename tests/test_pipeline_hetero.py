@@ -67,3 +67,18 @@ def test_prediction_flags_a_stage_deepspeed_cannot_build():
     ok = predict(parse_row(raw()))
     assert not ok.out_of_memory and ok.infeasible == "" and len(ok.stages) == 4
     assert ok.stages[-1].device == "T4" and ok.stages[-1].p2p_ms == 0.0 and ok.stages[0].p2p_ms > 0
+
+
+def test_estimate_with_the_deepspeed_family_reports_its_pipeline_memory(capsys):
+    import json
+
+    from xsim_trace.cli.main import main
+
+    argv = ["estimate", "--model", "gpt3-1.3b", "--layers", "4", "--seq-len", "512", "--pp", "2", "--gbs", "8",
+            "--framework", "deepspeed", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [d["stage"] for d in out["deepspeed"]] == [0, 1]
+    assert all(d["unbuildable"] == "" and d["memory_GiB"] > 0 and not d["out_of_memory"] for d in out["deepspeed"])
+    assert main(argv[:-3] + ["--json"]) == 0  # other families: no DeepSpeed section
+    assert "deepspeed" not in json.loads(capsys.readouterr().out)

@@ -167,6 +167,32 @@ def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
     return [max(b_end[s]) for s in range(p)]
 
 
+def program_stages(program) -> list[StageContent]:
+    """The stage contents of a generator :class:`~xsim_trace.workload.program.Program` (chunk 0 of each stage; the
+    final LayerNorm sits with the head)."""
+    out = []
+    for stage in range(program.fw.pp):
+        c = program.chunks[(stage, 0)]
+        out.append(StageContent(blocks=c.layers, embedding=c.has_embedding, final_norm=c.has_head, head=c.has_head))
+    return out
+
+
+def deepspeed_check(program, capacity_bytes: float) -> list[dict]:
+    """Per stage, DeepSpeed's view of a generator program (what ``xsim estimate --framework deepspeed`` reports
+    next to the Megatron memory model): whether the fused fp16 optimizer can be built, and the fp16 pipeline
+    memory of one GPU against ``capacity_bytes`` (no reserve)."""
+    m, fw = program.model, program.fw
+    dims = BlockDims(hidden=m.hidden, ffn=m.ffn, heads=m.heads, vocab=m.vocab, seq_len=m.seq_len)
+    micro_batches = fw.global_batch // (fw.micro_batch * fw.dp)
+    out = []
+    for s, st in enumerate(program_stages(program)):
+        need = stage_memory_bytes(dims, st, s, fw.pp, fw.micro_batch, micro_batches, fw.tp,
+                                  fused_attention=bool(m.flash_attention))
+        out.append({"stage": s, "unbuildable": unbuildable_reason(dims, st), "memory_GiB": round(need / 2**30, 2),
+                    "out_of_memory": need > capacity_bytes})
+    return out
+
+
 __all__ = ["ALLREDUCE_BUCKET_ELEMENTS", "BlockDims", "OPTIMIZER_BYTES_PER_PARAM", "STATE_BYTES_PER_PARAM",
-           "StageContent", "block_params", "layer_activation_bytes", "param_groups", "schedule_1f1b",
-           "stage_memory_bytes", "stage_params", "unbuildable_reason"]
+           "StageContent", "block_params", "deepspeed_check", "layer_activation_bytes", "param_groups",
+           "program_stages", "schedule_1f1b", "stage_memory_bytes", "stage_params", "unbuildable_reason"]
