@@ -129,7 +129,7 @@ FITTED = HeteroCalibration(
     host_module_ns=(("alps", 120_000), ("aws", 400_000)),
     pcie_efficiency=0.3,
     tcp_efficiency=0.8,
-    reserved_GiB=2.5,
+    reserved_GiB=1.5,
     step_host_ns=40_000_000,
 )
 
