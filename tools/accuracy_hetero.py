@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             part = _selected(results, sel, True)
             s = summarize(part)
             print(f"# {label}: {s.line()} measured_predicted_oom {s.measured_predicted_oom}")
+            built = summarize([r for r in part if not r.error])
+            print(f"#   of which built (timed or failed; the {len(part) - built.rows} ERROR rows left out): {built.line()}")
     s = summarize(chosen)
     print(f"# measured runs predicted out of memory: {s.measured_predicted_oom}")
     print(s.line())
