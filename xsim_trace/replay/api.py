@@ -81,7 +81,7 @@ def collective_pricer(settings: ReplaySettings, cluster, backend, *, closed_form
         return NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto), settings.resolved("nccl")
     from xsim_trace.replay.model_flows import ModelPacedFlows  # noqa: PLC0415
 
-    return ModelPacedFlows(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto), settings.resolved("nccl")
+    return ModelPacedFlows(cluster, backend, algo=settings.nccl_algo, proto=settings.nccl_proto), settings.resolved("nccl")
 
 
 def replay(

@@ -107,9 +107,9 @@ class Collectives:
     def _lowered_landed(self, arg, now: int) -> None:
         state, path_ns = arg
         state[0] -= 1
-        state[1] = max(state[1], now - path_ns)
+        state[1] = max(state[1], now - path_ns)  # a float: the lone-flow extra need not be whole ns
         if not state[0]:
-            end = state[1] + state[3]
+            end = round(state[1]) + state[3]
             for g in state[2].nodes:
                 self.queue.node_done(g, end)
 

@@ -11,8 +11,10 @@ endpoint ports shared, as ``analytical`` prices a batch), so that alone in the n
 transmission takes ``T_bw`` and the collective ends at ``start + latency + T_bw``, the analytical
 answer; a flow slowed by other traffic on one of its links delays the collective by as much.  The
 protocol's overhead (LL's flags, a channel's cap) is thus charged as link occupancy, as it is on the
-real fabric.  The collective ends when its last flow lands, minus that flow's path latency (already
-inside the model's ``latency``), plus ``latency``.
+real fabric.  The collective ends when its last flow lands, minus what the backend adds to a lone flow
+beyond its bytes at the bottleneck (the path latency, already inside the model's ``latency``, and, on
+``analytical-ca``, the chunk pipeline's filling: :class:`~xsim_trace.network.protocol.LoneFlowTiming`
+where the backend declares it, else the path latency), plus ``latency``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from xsim_trace.graph.kinds import CollectiveType as T
 from xsim_trace.network.nccl import group_shape, latency_us
 from xsim_trace.network.nccl.kinds import Algo, CollKind, Proto
 from xsim_trace.network.nccl.pricer import BARRIER_BYTES, KIND_OF, NcclPricer
+from xsim_trace.network.protocol import capabilities_of
 from xsim_trace.replay.compile import CollectiveInstance
 
 #: bytes of the probe batch that measures each edge's uncontended rate (large: rounding vanishes)
@@ -35,10 +38,11 @@ PROBE_BYTES = 1 << 34
 
 @dataclass(frozen=True, slots=True)
 class LoweredCollective:
-    """What one collective instance runs: ``flows`` (src rank, dst rank, bytes, path latency ns) and the
+    """What one collective instance runs: ``flows`` (src rank, dst rank, bytes, what the backend adds to the
+    flow alone beyond its bytes at the bottleneck, ns) and the
     model's fixed ``latency_ns``; ``time_ns`` is the model's whole price (the uncontended answer)."""
 
-    flows: tuple[tuple[int, int, int, int], ...]
+    flows: tuple[tuple[int, int, int, float], ...]
     latency_ns: int
     time_ns: int
     algo: str
@@ -59,16 +63,18 @@ def edges(comm_type: int, order: Sequence[int], root: int) -> list[tuple[int, in
 
 
 class ModelPacedFlows:
-    """Lowers collective instances into model-paced flows over a resolved ``cluster`` (memoised per
-    group, type, size, root and ring order)."""
+    """Lowers collective instances into model-paced flows over a resolved ``cluster`` for ``backend`` (the
+    one that will run them; memoised per group, type, size, root and ring order)."""
 
-    def __init__(self, cluster: Cluster, *, algo: Algo | str | None = None, proto: Proto | str | None = None) -> None:
+    def __init__(self, cluster: Cluster, backend: object = None, *, algo: Algo | str | None = None,
+                 proto: Proto | str | None = None) -> None:
         from xsim_trace.network.registry import make_backend  # noqa: PLC0415
         from xsim_trace.network.topology import build_topology  # noqa: PLC0415
 
         self.pricer = NcclPricer(cluster, algo=algo, proto=proto)
         self.topology = build_topology(cluster)
         self._probe = make_backend("analytical", self.topology)
+        self._lone = backend if backend is not None and capabilities_of(backend).lone_flow_timing else None
         self._memo: dict[tuple, LoweredCollective] = {}
         self._rates: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -93,7 +99,16 @@ class ModelPacedFlows:
         latency_ns = min(int(round(lat_us * 1000)), price.time_ns)
         bw_ns = price.time_ns - latency_ns
         rate, lat = self._edge_rates(tuple(pairs))
-        flows = tuple((s, d, max(int(r * bw_ns), 1), int(pl)) for (s, d), r, pl in zip(pairs, rate.tolist(), lat.tolist()))
+        flows = []
+        for (s, d), r, pl in zip(pairs, rate.tolist(), lat.tolist()):
+            nbytes = max(int(r * bw_ns), 1)
+            extra = float(pl)
+            if self._lone is not None:
+                route = self.topology.route(s, d)
+                bottleneck = float(self.topology.bw_Bpns[list(route)].min()) if route else 1.0
+                extra = self._lone.lone_flow_ns(s, d, nbytes) - nbytes / bottleneck
+            flows.append((s, d, nbytes, extra))
+        flows = tuple(flows)
         return LoweredCollective(flows, latency_ns, price.time_ns, price.algo.value, price.proto.value)
 
     def _edge_rates(self, pairs: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
