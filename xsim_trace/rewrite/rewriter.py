@@ -110,6 +110,10 @@ class _Exchange:
     """Node ids created on each rank for one boundary transfer of one op."""
 
     ready: dict[int, list[int]] = field(default_factory=dict)  # rank -> nodes its consumer compute waits on
+    #: the consumer's all-gathers (members, size, kind, attrs, label), created when the consumer runs
+    #: the op (``_Rewriter.consume``), not when the producer sends: they share the TP group's stream
+    #: with the consumer's own TP collectives, so they must come in its program order on every member
+    gathers: list[tuple] = field(default_factory=list)
 
 
 class _Rewriter:
@@ -159,7 +163,7 @@ class _Rewriter:
                 nbytes = size // ts
                 self._p2p(s, d, tag, nbytes, "pp", f"{kind}{m}", dict(base, **{A.XFER_PHASE: "pp"}),
                           producer=self.last_compute[s], ex=ex, final=True)
-            self._gather(ex, [list(dsts)], size, "pp", base, f"{kind}{m}")
+            ex.gathers.append(([list(dsts)], size, "pp", base, f"{kind}{m}"))
             return ex
         bal_key = (pipe, v_from, v_to)
         rp = plan_reshard(ts, td, self.plan.reshard, balancer=self.balancers.setdefault(bal_key, SenderBalancer()),
@@ -171,7 +175,18 @@ class _Rewriter:
             groups = [[dsts[k * nd + j] for k in range(g)] for j in range(nd)]
         else:  # each destination holds its own S/td shard
             groups = [list(dsts)]
-        self._gather(ex, groups, size, "reshard", base, f"{kind}{m}")
+        ex.gathers.append((groups, size, "reshard", base, f"{kind}{m}"))
+        return ex
+
+    def consume(self, ex: _Exchange) -> _Exchange:
+        """The consumer stage is about to run the op: its all-gathers of the boundary tensor come now,
+        after each member's previous compute.  Created when the producer sent, they would wait only
+        for the data, and a member whose data landed late would enter them after a TP collective of
+        its previous op that the others entered after them: a collective order that differs between
+        members (a deadlock), and one no program issues."""
+        for spec in ex.gathers:
+            self._gather(ex, *spec)
+        ex.gathers.clear()
         return ex
 
     def _gather(self, ex: _Exchange, groups: list[list[int]], size: int, ckind: str, base: dict, label: str) -> None:
@@ -330,9 +345,9 @@ class _Rewriter:
             pre, post = post, pre  # backward runs head first, embedding last
         ex = None
         if not back and vs > 0:
-            ex = self.exchange(p, "F", op.microbatch, vs - 1, vs)
+            ex = self.consume(self.exchange(p, "F", op.microbatch, vs - 1, vs))
         if back and vs < nvs - 1:
-            ex = self.exchange(p, "B", op.microbatch, vs + 1, vs)
+            ex = self.consume(self.exchange(p, "B", op.microbatch, vs + 1, vs))
         for r in self.lay.of(p, s):
             deps = [self.last_compute[r]]
             if ex is not None:
