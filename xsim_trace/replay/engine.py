@@ -115,6 +115,7 @@ class Engine:
         self.pricer = (pricer or ScheduleWalkPricer(self.schedules, self.settings)) if self.closed_form else None
         self._booked = False
         self.compiled = self._compiled_applies(compiled)
+        self.compiled_ca = not self.compiled and self._compiled_ca_applies(compiled)
 
     def _compiled_applies(self, wanted: bool | None) -> bool:
         """The compiled loop runs the closed-form path only; by default
@@ -130,9 +131,29 @@ class Engine:
             return False
         return compiled_kernel() is not None
 
+    def _compiled_ca_applies(self, wanted: bool | None) -> bool:
+        """The analytical-ca kernel (:mod:`~xsim_trace.replay.compiled_ca`) runs the flow path over a
+        fresh analytical-ca backend; by default from an estimated
+        :data:`~xsim_trace.replay.compiled_ca.COMPILED_CA_MIN_FLOWS` flows on."""
+        if wanted is False or self.closed_form:
+            return False
+        from xsim_trace.replay import compiled_ca  # noqa: PLC0415
+
+        if not compiled_ca.applies(self.backend):
+            return False
+        if wanted is None and compiled_ca.estimated_flows(self.w, self.settings) < compiled_ca.COMPILED_CA_MIN_FLOWS:
+            return False
+        return compiled_ca.kernel() is not None
+
     def run(self) -> RawTimes:
         if self.compiled:
             return self._run_compiled()
+        if self.compiled_ca:
+            from xsim_trace.replay.compiled_ca import run_compiled_ca  # noqa: PLC0415
+
+            out = run_compiled_ca(self.w, self.backend, self.schedules, self.settings, self.progress)
+            if out is not None:
+                return self._raw_of(*out)
         w = self.w
         times = NodeTimes(w.num_nodes)
         queue = EventQueue()
@@ -158,7 +179,9 @@ class Engine:
         )
 
     def _run_compiled(self) -> RawTimes:
-        t, stats = run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked)
+        return self._raw_of(*run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked))
+
+    def _raw_of(self, t: tuple, stats: dict) -> RawTimes:
         times = NodeTimes(0)
         times.ready, times.start, times.end, times.wait, times.peer = t
         if stats.pop("finished") != self.w.num_nodes:

@@ -1,0 +1,648 @@
+"""Numba kernel of the compiled replay loop over ``analytical-ca`` (congestion-aware: a busy flag and
+a FIFO per directed link, each flow pipelined in chunks), with collectives run flow by flow.
+
+It runs the reference engine's rules in the reference's order, so the times come out bit for bit
+(``tests/test_replay_compiled_ca.py``):
+
+- the engine (:mod:`~xsim_trace.replay.engine`): one event heap ordered by (time, seq); each turn
+  asks the backend for its next completion with the engine's next event as the horizon, and a
+  completion at or before that event goes first;
+- streams, p2p matching: as :mod:`xsim_trace.replay._fast_kernel`;
+- collectives (:mod:`~xsim_trace.replay.collectives`): ``enter_step`` / ``chunk_done`` /
+  ``flow_landed``; the reference's synchronous calls (a chunk done starts the next one at once when
+  the endpoint delay is 0) run on an explicit frame stack in the same order;
+- the backend (:mod:`~xsim_trace.network.analytical_ca`): its own heap of (time, seq, kind, x),
+  ARRIVE (a flow's head reaches hop ``h``), FREE (a link is released), DONE (the tail reaches the
+  destination); a flow is in exactly one place at a time (a heap entry or one link's FIFO), so its
+  hop and tail time live in its slot.  Each event costs O(log n) heap work, whatever the flows in
+  flight.
+
+Fixed-size state (arrays the caller owns); a push past a capacity sets ``S_OVER`` and the caller
+reruns from scratch with larger arrays (deterministic, so the result is the same).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
+# engine events: node done, a chunk's member reaches a step, a delayed issue of a step's sends,
+# a delayed eager send, a delayed rendezvous transfer
+EV_DONE, EV_STEP, EV_ISSUE, EV_EAGER, EV_RDV = 0, 1, 2, 3, 4
+# backend events
+B_ARRIVE, B_FREE, B_DONE = 0, 1, 2
+# what a landed flow completes
+CB_COLL, CB_EAGER, CB_RDV = 0, 1, 2
+# flow slot fields
+F_FID, F_SIZE, F_ROUTE, F_NH, F_HOP, F_TAIL, F_NEXT, F_CB, F_A, F_B, F_C, F_D, F_E = range(13)
+NF = 13
+# frames of the collective driver
+FR_ENTER, FR_CHUNK, FR_POST = 0, 1, 2
+(S_ESIZE, S_SEQ, S_BSIZE, S_BSEQ, S_FID, S_FREE, S_INFLIGHT, S_NFIN, S_HCOUNT, S_OVER, S_EVENTS, S_FINISHED,
+ S_FLOWS, S_COLLS, S_SEEDED, S_BEVENTS, S_BOPS) = range(17)
+N_SCALARS = 17
+NO_HORIZON = 1 << 62
+
+
+# ---- heaps: rows (t, seq, ...), ordered by (t, seq) ------------------------------------------------
+@njit(cache=True, nogil=True)
+def _epush(h, size, t, s, k, a, b, c, d, sc):
+    if size >= h.shape[0]:
+        sc[S_OVER] = 1
+        return size
+    i = size
+    while i > 0:
+        p = (i - 1) >> 1
+        if t < h[p, 0] or (t == h[p, 0] and s < h[p, 1]):
+            for j in range(7):
+                h[i, j] = h[p, j]
+            i = p
+        else:
+            break
+    h[i, 0] = t
+    h[i, 1] = s
+    h[i, 2] = k
+    h[i, 3] = a
+    h[i, 4] = b
+    h[i, 5] = c
+    h[i, 6] = d
+    return size + 1
+
+
+@njit(cache=True, nogil=True)
+def _pop(h, size):
+    """Remove the top row of heap ``h`` (read it first); returns the new size."""
+    size -= 1
+    if size == 0:
+        return 0
+    w = h.shape[1]
+    last = size
+    t, s = h[last, 0], h[last, 1]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and (h[c + 1, 0] < h[c, 0] or (h[c + 1, 0] == h[c, 0] and h[c + 1, 1] < h[c, 1])):
+            c += 1
+        if h[c, 0] < t or (h[c, 0] == t and h[c, 1] < s):
+            for j in range(w):
+                h[i, j] = h[c, j]
+            i = c
+        else:
+            break
+    for j in range(w):
+        h[i, j] = h[last, j]
+    return size
+
+
+@njit(cache=True, nogil=True)
+def _bpush(h, size, t, s, k, x, sc):
+    if size >= h.shape[0]:
+        sc[S_OVER] = 1
+        return size
+    i = size
+    while i > 0:
+        p = (i - 1) >> 1
+        if t < h[p, 0] or (t == h[p, 0] and s < h[p, 1]):
+            h[i, 0] = h[p, 0]
+            h[i, 1] = h[p, 1]
+            h[i, 2] = h[p, 2]
+            h[i, 3] = h[p, 3]
+            i = p
+        else:
+            break
+    h[i, 0] = t
+    h[i, 1] = s
+    h[i, 2] = k
+    h[i, 3] = x
+    return size + 1
+
+
+@njit(cache=True, nogil=True)
+def _node_done(eh, sc, node, t):
+    sc[S_SEQ] += 1
+    sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], t, sc[S_SEQ], EV_DONE, node, 0, 0, 0, sc)
+
+
+@njit(cache=True, nogil=True)
+def _fifo_push(head, tail, nxt, q, i):
+    nxt[i] = -1
+    if tail[q] < 0:
+        head[q] = i
+    else:
+        nxt[tail[q]] = i
+    tail[q] = i
+
+
+@njit(cache=True, nogil=True)
+def _fifo_pop(head, tail, nxt, q):
+    i = head[q]
+    head[q] = nxt[i]
+    if head[q] < 0:
+        tail[q] = -1
+    return i
+
+
+# ---- arrivals of a (chunk member, step): open addressing, linear probing ----------------------------
+@njit(cache=True, nogil=True)
+def _home(key, mask):
+    return np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(20)) & mask
+
+
+@njit(cache=True, nogil=True)
+def _hfind(hk, key):
+    """Slot of ``key``, or -1 - (the free slot where it would go)."""
+    mask = hk.shape[0] - 1
+    i = _home(key, mask)
+    while hk[i] != -1:
+        if hk[i] == key:
+            return i
+        i = (i + 1) & mask
+    return -1 - i
+
+
+@njit(cache=True, nogil=True)
+def _hdel(hk, hv, i, sc):
+    mask = hk.shape[0] - 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if hk[j] == -1:
+            break
+        k = _home(hk[j], mask)
+        if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
+            continue
+        hk[i] = hk[j]
+        hv[i, 0] = hv[j, 0]
+        hv[i, 1] = hv[j, 1]
+        i = j
+    hk[i] = -1
+    sc[S_HCOUNT] -= 1
+
+
+# ---- the backend ------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _to_ns(x, ceil):
+    if ceil:
+        return np.int64(math.ceil(x - 1e-9 * abs(x)))
+    if x >= 0:
+        return np.int64(x)
+    return np.int64(math.floor(x))
+
+
+@njit(cache=True, nogil=True)
+def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, route_ptr, sc):
+    """``start_flow``: a slot, the next flow id, its first event (DONE at once on an empty route)."""
+    if sc[S_FREE] == 0:
+        sc[S_OVER] = 1
+        return
+    sc[S_FREE] -= 1
+    f = fstack[sc[S_FREE]]
+    fl[f, F_FID] = sc[S_FID]
+    sc[S_FID] += 1
+    sc[S_FLOWS] += 1
+    sc[S_INFLIGHT] += 1
+    nh = route_ptr[route + 1] - route_ptr[route]
+    fl[f, F_SIZE] = size
+    fl[f, F_ROUTE] = route
+    fl[f, F_NH] = nh
+    fl[f, F_HOP] = 0
+    fl[f, F_TAIL] = now
+    fl[f, F_CB] = cb
+    fl[f, F_A] = a
+    fl[f, F_B] = b
+    fl[f, F_C] = c
+    fl[f, F_D] = d
+    fl[f, F_E] = e
+    sc[S_BSEQ] += 1
+    sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], now, sc[S_BSEQ], B_DONE if nh == 0 else B_ARRIVE, f, sc)
+    sc[S_BOPS] += 1
+
+
+@njit(cache=True, nogil=True)
+def _brun(limit, stop_at_done, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr, route_links, l_bw, l_lat,
+          chunk, ceil, sc):
+    """The backend's ``_run``: events with time <= ``limit``; with ``stop_at_done`` it stops before the
+    first completion and returns its time (also beyond ``limit``), else -1.  Completions go to ``fin``."""
+    while sc[S_BSIZE] > 0:
+        t = bh[0, 0]
+        k = bh[0, 2]
+        if t > limit:
+            if stop_at_done and k == B_DONE:
+                return t
+            return -1
+        if k == B_DONE and stop_at_done:
+            return t
+        x = bh[0, 3]
+        sc[S_BSIZE] = _pop(bh, sc[S_BSIZE])
+        sc[S_BOPS] += 1
+        if k == B_DONE:
+            fin[sc[S_NFIN]] = x
+            sc[S_NFIN] += 1
+            continue
+        sc[S_BEVENTS] += 1
+        if k == B_FREE:
+            link = x
+            if lq_head[link] < 0:
+                l_busy[link] = 0
+                continue
+            f = _fifo_pop(lq_head, lq_tail, fl[:, F_NEXT], link)
+        else:
+            f = x
+            link = route_links[route_ptr[fl[f, F_ROUTE]] + fl[f, F_HOP]]
+            if l_busy[link]:
+                _fifo_push(lq_head, lq_tail, fl[:, F_NEXT], link, f)
+                continue
+        # transmit hop h of flow f on link at t: its head (or tail) event first, then the release
+        h = fl[f, F_HOP]
+        size = fl[f, F_SIZE]
+        s = float(size)
+        cs = float(min(size, chunk)) if chunk else s
+        bw = l_bw[link]
+        lat = l_lat[link]
+        l_busy[link] = 1
+        free_t = t + _to_ns(s / bw, ceil)
+        comm = _to_ns(lat + s / bw, ceil)
+        ccomm = _to_ns(lat + cs / bw, ceil)
+        if h == 0:
+            tail_next = t + comm
+        else:
+            tail_next = max(t + comm, fl[f, F_TAIL] + ccomm)
+        fl[f, F_HOP] = h + 1
+        fl[f, F_TAIL] = tail_next
+        sc[S_BSEQ] += 1
+        if h + 1 == fl[f, F_NH]:
+            sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], tail_next, sc[S_BSEQ], B_DONE, f, sc)
+        else:
+            sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], t + ccomm, sc[S_BSEQ], B_ARRIVE, f, sc)
+        sc[S_BSEQ] += 1
+        sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], free_t, sc[S_BSEQ], B_FREE, link, sc)
+        sc[S_BOPS] += 2
+    return -1
+
+
+# ---- collectives on the flow path ------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _issue(x, c, s, p, now, inst_plan_ptr, inst_plans, plan_step_ptr, step_tab, tab_base, e_sptr, s_q, s_size,
+           s_route, fl, fstack, bh, route_ptr, sc):
+    """Member ``p`` of chunk ``c`` sends its transfers of step ``s``, in schedule order."""
+    st = plan_step_ptr[inst_plans[inst_plan_ptr[x] + c]] + s
+    e = tab_base[step_tab[st]] + p
+    for j in range(e_sptr[e], e_sptr[e + 1]):
+        _start_flow(now, s_size[j], s_route[j], CB_COLL, x, c, s, s_q[j], p, fl, fstack, bh, route_ptr, sc)
+
+
+@njit(cache=True, nogil=True)
+def _drive(typ, x, c, p, v, now, stk,
+           inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr, inst_plans, inst_cp,
+           plan_step_ptr, step_tab, tab_base, e_need, e_sptr, s_q, s_size, s_route,
+           cp_wait, cp_pend, cp_over, p_done, p_fin, hk, hv, s1,
+           eh, fl, fstack, bh, route_ptr, sc, delay, in_flight):
+    """``enter_step`` (FR_ENTER, v = step), ``chunk_done`` (FR_CHUNK) and what ``chunk_done`` does
+    after a synchronous start of the next chunk (FR_POST, v = its finish time), run to the end."""
+    stk[0, 0] = typ
+    stk[0, 1] = x
+    stk[0, 2] = c
+    stk[0, 3] = p
+    stk[0, 4] = v
+    top = 1
+    while top > 0:
+        top -= 1
+        typ = stk[top, 0]
+        x = stk[top, 1]
+        c = stk[top, 2]
+        p = stk[top, 3]
+        v = stk[top, 4]
+        n = inst_nodes_ptr[x + 1] - inst_nodes_ptr[x]
+        cpp = inst_cp[x] + c * n + p
+        if typ == FR_ENTER:
+            plan = inst_plans[inst_plan_ptr[x] + c]
+            base = plan_step_ptr[plan]
+            nst = plan_step_ptr[plan + 1] - base
+            s = v
+            through = True
+            while s < nst:
+                e = tab_base[step_tab[base + s]] + p
+                nsend = e_sptr[e + 1] - e_sptr[e]
+                if nsend:
+                    cp_pend[cpp] += nsend
+                    if delay:
+                        sc[S_SEQ] += 1
+                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_ISSUE, x, c, s, p, sc)
+                    else:
+                        _issue(x, c, s, p, now, inst_plan_ptr, inst_plans, plan_step_ptr, step_tab, tab_base, e_sptr,
+                               s_q, s_size, s_route, fl, fstack, bh, route_ptr, sc)
+                need = e_need[e]
+                if need:
+                    slot = _hfind(hk, cpp * s1 + s)
+                    if slot < 0 or hv[slot, 0] < need:
+                        cp_wait[cpp] = s
+                        through = False
+                        break
+                    t_eff = hv[slot, 1]
+                    _hdel(hk, hv, slot, sc)
+                    if t_eff > now:
+                        sc[S_SEQ] += 1
+                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], t_eff, sc[S_SEQ], EV_STEP, x, c, p, s + 1, sc)
+                        through = False
+                        break
+                s += 1
+            if not through:
+                continue
+            if cp_pend[cpp]:  # a member's chunk ends once its own sends are delivered too
+                cp_over[cpp] = 1
+                continue
+            typ = FR_CHUNK
+        if typ == FR_CHUNK:
+            t_fin = now + delay
+            c2 = c + in_flight
+            if c2 < inst_k[x]:
+                if t_fin > now:
+                    sc[S_SEQ] += 1
+                    sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], t_fin, sc[S_SEQ], EV_STEP, x, c2, p, 0, sc)
+                else:
+                    if top + 2 > stk.shape[0]:
+                        sc[S_OVER] = 1
+                        return
+                    stk[top, 0] = FR_POST
+                    stk[top, 1] = x
+                    stk[top, 2] = c
+                    stk[top, 3] = p
+                    stk[top, 4] = t_fin
+                    stk[top + 1, 0] = FR_ENTER
+                    stk[top + 1, 1] = x
+                    stk[top + 1, 2] = c2
+                    stk[top + 1, 3] = p
+                    stk[top + 1, 4] = 0
+                    top += 2
+                    continue
+            v = t_fin
+        # FR_POST (or the rest of FR_CHUNK): count the chunk, the member ends with its last
+        pi = inst_nodes_ptr[x] + p
+        p_done[pi] += 1
+        if v > p_fin[pi]:
+            p_fin[pi] = v
+        if p_done[pi] == inst_k[x]:
+            _node_done(eh, sc, inst_nodes[pi], p_fin[pi])
+
+
+# ---- p2p ---------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _eager_landed(si, now, sent_at, key, rw_head, rw_tail, ld_head, ld_tail, q_next, peer_of, start, wait, eh, sc):
+    q = key[si]
+    if rw_head[q] >= 0:
+        j = _fifo_pop(rw_head, rw_tail, q_next, q)
+        peer_of[j] = si
+        peer_of[si] = j
+        if sent_at > start[j]:
+            wait[j] = sent_at - start[j]
+        _node_done(eh, sc, j, now)
+    else:
+        _fifo_push(ld_head, ld_tail, q_next, q, si)
+
+
+# ---- the loop ------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
+        ready, start, end, wait, peer_of,  # node times
+        kind, dur, res, indeg, succ_ptr, succ_idx,  # graph
+        busy, r_head, r_tail, r_next,  # resources
+        rank, peer_rank, key, size1, sw_head, sw_tail, rw_head, rw_tail, ld_head, ld_tail, q_next, key_route,  # p2p
+        inst_of, arrived, inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr, inst_plans, inst_cp,  # collectives
+        plan_step_ptr, step_tab, step_reduce, tab_base, e_need, e_sptr, s_q, s_size, s_route,  # schedules
+        cp_wait, cp_pend, cp_over, p_done, p_fin, s1,  # collective progress
+        route_ptr, route_links, l_bw, l_lat, l_busy, lq_head, lq_tail, chunk, ceil,  # the network
+        work, sc, delay, red_delay, in_flight, eager, budget):
+    """Run until nothing is left (returns 0), ``budget`` events were handled (1), or a capacity
+    was exceeded (3: the state is spoilt, rerun with larger arrays)."""
+    spent = 0
+    while True:
+        if sc[S_OVER]:
+            return 3
+        nw = 0
+        now = 0
+        if sc[S_SEEDED] == 0:  # -- seed: every node without deps is ready at 0
+            sc[S_SEEDED] = 1
+            for i in range(indeg.shape[0]):
+                if indeg[i] == 0:
+                    ready[i] = 0
+                    r = res[i]
+                    if busy[r]:
+                        _fifo_push(r_head, r_tail, r_next, r, i)
+                    else:
+                        busy[r] = 1
+                        work[nw] = i
+                        nw += 1
+        else:
+            if spent >= budget:
+                return 1
+            t_net = -1
+            if sc[S_INFLIGHT] > 0:  # -- the backend's next completion, the engine's next event its horizon
+                horizon = eh[0, 0] if sc[S_ESIZE] > 0 else NO_HORIZON
+                if sc[S_BSIZE] > 0 and bh[0, 2] == B_DONE:
+                    cand = bh[0, 0]
+                else:
+                    cand = _brun(horizon, True, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr, route_links, l_bw,
+                                 l_lat, chunk, ceil, sc)
+                if cand >= 0 and cand <= horizon:
+                    t_net = cand
+            if sc[S_ESIZE] > 0 and (t_net < 0 or eh[0, 0] < t_net):
+                now, k, a, b, c, d = eh[0, 0], eh[0, 2], eh[0, 3], eh[0, 4], eh[0, 5], eh[0, 6]
+                sc[S_ESIZE] = _pop(eh, sc[S_ESIZE])
+                sc[S_EVENTS] += 1
+                spent += 1
+                if k == EV_DONE:  # -- streams: node a ends, its resource passes on, successors wake
+                    end[a] = now
+                    sc[S_FINISHED] += 1
+                    r = res[a]
+                    if r_head[r] >= 0:
+                        work[nw] = _fifo_pop(r_head, r_tail, r_next, r)
+                        nw += 1
+                    else:
+                        busy[r] = 0
+                    for kk in range(succ_ptr[a], succ_ptr[a + 1]):
+                        s = succ_idx[kk]
+                        indeg[s] -= 1
+                        if indeg[s] == 0:
+                            ready[s] = now
+                            r = res[s]
+                            if busy[r]:
+                                _fifo_push(r_head, r_tail, r_next, r, s)
+                            else:
+                                busy[r] = 1
+                                work[nw] = s
+                                nw += 1
+                elif k == EV_STEP:  # -- collectives: member c of chunk b reaches step d
+                    _drive(FR_ENTER, a, b, c, d, now, stk, inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr,
+                           inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need, e_sptr, s_q, s_size,
+                           s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk, hv, s1, eh, fl, fstack, bh,
+                           route_ptr, sc, delay, in_flight)
+                elif k == EV_ISSUE:  # -- collectives: the delayed sends of member d, chunk b, step c
+                    _issue(a, b, c, d, now, inst_plan_ptr, inst_plans, plan_step_ptr, step_tab, tab_base, e_sptr,
+                           s_q, s_size, s_route, fl, fstack, bh, route_ptr, sc)
+                elif k == EV_EAGER:  # -- p2p: a delayed eager send puts its data on the wire
+                    _start_flow(now, size1[a], key_route[key[a]], CB_EAGER, a, now, 0, 0, 0, fl, fstack, bh,
+                                route_ptr, sc)
+                else:  # -- p2p: a delayed rendezvous pair moves its data
+                    _start_flow(now, max(size1[a], size1[b]), key_route[key[a]], CB_RDV, a, b, 0, 0, 0, fl, fstack,
+                                bh, route_ptr, sc)
+            elif t_net >= 0:  # -- network: the flows landing at t_net, in flow id order
+                now = t_net
+                _brun(now, False, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr, route_links, l_bw, l_lat, chunk,
+                      ceil, sc)
+                nf = sc[S_NFIN]
+                sc[S_NFIN] = 0
+                if nf > 1:
+                    fids = np.empty(nf, np.int64)
+                    for j in range(nf):
+                        fids[j] = fl[fin[j], F_FID]
+                    order = np.argsort(fids)
+                    slots = np.empty(nf, np.int64)
+                    for j in range(nf):
+                        slots[j] = fin[order[j]]
+                else:
+                    slots = fin[:nf].copy()
+                sc[S_EVENTS] += nf
+                spent += nf
+                for j in range(nf):
+                    f = slots[j]
+                    sc[S_INFLIGHT] -= 1
+                    fstack[sc[S_FREE]] = f
+                    sc[S_FREE] += 1
+                    cb = fl[f, F_CB]
+                    a = fl[f, F_A]
+                    b = fl[f, F_B]
+                    if cb == CB_RDV:
+                        _node_done(eh, sc, a, now)
+                        _node_done(eh, sc, b, now)
+                    elif cb == CB_EAGER:
+                        _node_done(eh, sc, a, now)
+                        _eager_landed(a, now, b, key, rw_head, rw_tail, ld_head, ld_tail, q_next, peer_of, start,
+                                      wait, eh, sc)
+                    else:  # flow_landed: transfer of step s of chunk c from position p to q (run x)
+                        x, c, s, q, p = a, b, fl[f, F_C], fl[f, F_D], fl[f, F_E]
+                        n = inst_nodes_ptr[x + 1] - inst_nodes_ptr[x]
+                        cpp = inst_cp[x] + c * n + p
+                        cp_pend[cpp] -= 1
+                        if cp_pend[cpp] == 0 and cp_over[cpp]:
+                            cp_over[cpp] = 0
+                            _drive(FR_CHUNK, x, c, p, 0, now, stk, inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr,
+                                   inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need, e_sptr, s_q,
+                                   s_size, s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk, hv, s1, eh, fl,
+                                   fstack, bh, route_ptr, sc, delay, in_flight)
+                        st = plan_step_ptr[inst_plans[inst_plan_ptr[x] + c]] + s
+                        eff = now + red_delay if red_delay and step_reduce[st] else now
+                        cpq = inst_cp[x] + c * n + q
+                        need_q = e_need[tab_base[step_tab[st]] + q]
+                        go = -1
+                        if cp_wait[cpq] == s and need_q == 1:
+                            cp_wait[cpq] = -1
+                            go = eff
+                        else:
+                            hkey = cpq * s1 + s
+                            slot = _hfind(hk, hkey)
+                            if slot < 0:
+                                slot = -1 - slot
+                                hk[slot] = hkey
+                                hv[slot, 0] = 1
+                                hv[slot, 1] = eff
+                                sc[S_HCOUNT] += 1
+                                if 2 * sc[S_HCOUNT] > hk.shape[0]:
+                                    sc[S_OVER] = 1
+                            else:
+                                hv[slot, 0] += 1
+                                if eff > hv[slot, 1]:
+                                    hv[slot, 1] = eff
+                            if cp_wait[cpq] == s and hv[slot, 0] == need_q:
+                                cp_wait[cpq] = -1
+                                go = hv[slot, 1]
+                                _hdel(hk, hv, slot, sc)
+                        if go >= 0:
+                            if go > now:
+                                sc[S_SEQ] += 1
+                                sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], go, sc[S_SEQ], EV_STEP, x, c, q, s + 1, sc)
+                            else:
+                                _drive(FR_ENTER, x, c, q, s + 1, now, stk, inst_nodes_ptr, inst_nodes, inst_k,
+                                       inst_plan_ptr, inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need,
+                                       e_sptr, s_q, s_size, s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk,
+                                       hv, s1, eh, fl, fstack, bh, route_ptr, sc, delay, in_flight)
+                continue
+            else:
+                return 0
+
+        for w in range(nw):  # -- start the nodes that got their resource, in order
+            i = work[w]
+            start[i] = now
+            ki = kind[i]
+            if ki == K_TIMED:
+                _node_done(eh, sc, i, now + dur[i])
+            elif ki == K_COLL:  # -- collectives: the last member to arrive starts it
+                x = inst_of[i]
+                arrived[x] += 1
+                a0 = inst_nodes_ptr[x]
+                n = inst_nodes_ptr[x + 1] - a0
+                if arrived[x] == n:
+                    sc[S_COLLS] += 1
+                    for j in range(a0, a0 + n):
+                        g = inst_nodes[j]
+                        wait[g] = now - start[g]
+                    if inst_k[x] == 0:
+                        for j in range(a0, a0 + n):
+                            _node_done(eh, sc, inst_nodes[j], now)
+                    else:
+                        for c in range(min(in_flight, inst_k[x])):
+                            for p in range(n):
+                                _drive(FR_ENTER, x, c, p, 0, now, stk, inst_nodes_ptr, inst_nodes, inst_k,
+                                       inst_plan_ptr, inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need,
+                                       e_sptr, s_q, s_size, s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk,
+                                       hv, s1, eh, fl, fstack, bh, route_ptr, sc, delay, in_flight)
+            elif eager:
+                q = key[i]
+                if ki == K_SEND:  # -- p2p, eager: the data leaves when the send starts
+                    if rank[i] == peer_rank[i]:
+                        _node_done(eh, sc, i, now + delay)
+                        _eager_landed(i, now + delay, now + delay, key, rw_head, rw_tail, ld_head, ld_tail, q_next,
+                                      peer_of, start, wait, eh, sc)
+                    elif delay:
+                        sc[S_SEQ] += 1
+                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_EAGER, i, 0, 0, 0, sc)
+                    else:
+                        _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh,
+                                    route_ptr, sc)
+                elif ld_head[q] >= 0:  # a receive whose data is already there ends now
+                    si = _fifo_pop(ld_head, ld_tail, q_next, q)
+                    peer_of[i] = si
+                    peer_of[si] = i
+                    _node_done(eh, sc, i, now)
+                else:
+                    _fifo_push(rw_head, rw_tail, q_next, q, i)
+            else:  # -- p2p, rendezvous: the data moves once both sides have started
+                q = key[i]
+                si = ri = -1
+                if ki == K_SEND:
+                    if rw_head[q] >= 0:
+                        si, ri = i, _fifo_pop(rw_head, rw_tail, q_next, q)
+                    else:
+                        _fifo_push(sw_head, sw_tail, q_next, q, i)
+                elif sw_head[q] >= 0:
+                    si, ri = _fifo_pop(sw_head, sw_tail, q_next, q), i
+                else:
+                    _fifo_push(rw_head, rw_tail, q_next, q, i)
+                if si >= 0:
+                    wait[si] = now - start[si]
+                    peer_of[si] = ri
+                    peer_of[ri] = si
+                    wait[ri] = now - start[ri]
+                    if rank[si] == rank[ri]:
+                        _node_done(eh, sc, si, now + delay)
+                        _node_done(eh, sc, ri, now + delay)
+                    elif delay:
+                        sc[S_SEQ] += 1
+                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_RDV, si, ri, 0, 0, sc)
+                    else:
+                        _start_flow(now, max(size1[si], size1[ri]), key_route[q], CB_RDV, si, ri, 0, 0, 0, fl,
+                                    fstack, bh, route_ptr, sc)
