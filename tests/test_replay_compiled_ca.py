@@ -121,7 +121,7 @@ def test_default_choice_and_fallbacks():
     small = compile_workload(chains(4, 1, 1 << 20))
     topo = build_topology(single_switch(4, 50.0, 500))
     assert not Engine(small, make_backend("analytical-ca", topo)).compiled_ca  # too few flows to pay for the kernel
-    big = compile_workload(chains(64, 2, 1 << 20))
+    big = compile_workload(chains(64, 4, 1 << 20))
     topo64 = build_topology(single_switch(64, 50.0, 500))
     assert Engine(big, make_backend("analytical-ca", topo64), ReplaySettings(chunks=4)).compiled_ca
     assert not Engine(big, make_backend("analytical", topo64), ReplaySettings(chunks=4)).compiled_ca

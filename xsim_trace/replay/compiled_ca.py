@@ -26,8 +26,9 @@ from xsim_trace.replay.settings import ReplaySettings
 #: events handled between two progress reports
 SLICE_EVENTS = 1 << 20
 #: from this many flows on (estimated), the engine runs an analytical-ca replay compiled by default:
-#: below it, loading the kernel costs more than it saves
-COMPILED_CA_MIN_FLOWS = 20_000
+#: below it, loading numba and the kernel (~0.4-0.6 s CPU) costs more than the Python loop
+#: (~5-8 us per flow) spends
+COMPILED_CA_MIN_FLOWS = 100_000
 
 
 def kernel():
@@ -106,6 +107,13 @@ class _Schedules:
         self.step_ptr.append(len(self.step_tab))
         pid = self.ids[id(cached)] = len(self.step_ptr) - 2
         return pid
+
+
+def _i64(x) -> np.ndarray:
+    """``x`` as a contiguous, writable int64 array: one kernel signature (one numba cache entry)
+    whichever path compiled the workload."""
+    a = np.ascontiguousarray(x, np.int64)
+    return a if a.flags.writeable else a.copy()
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
@@ -215,7 +223,9 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
     n_sends = int(np.count_nonzero(w.exec_kind == K_SEND))
     n_links = len(backend.topology.links)
     nres = max(w.num_resources, 1)
-    graph = (w.exec_kind, w.duration_ns, w.resource, None, w.succ_ptr, w.succ_idx)
+    kind = np.ascontiguousarray(w.exec_kind, np.int8)
+    graph = (kind if kind.flags.writeable else kind.copy(), _i64(w.duration_ns), _i64(w.resource), None,
+             _i64(w.succ_ptr), _i64(w.succ_idx))
     net = (route_ptr, route_links, np.asarray(backend._bw, np.float64), np.asarray(backend._lat, np.float64))
     max_k = int(inst[2].max()) if len(inst[2]) else 0
     cap = min(n_coll_flows + n_sends + 1, 1 << 16)
@@ -231,13 +241,13 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
                  np.zeros((2 * max_k + 8, 5), np.int64))  # frames
         resources = (np.zeros(nres, np.int8), np.full(nres, -1, np.int64), np.full(nres, -1, np.int64),
                      np.full(n, -1, np.int64))
-        colls = (w.coll_instance.astype(np.int64), np.zeros(len(w.instances), np.int64), *inst)
+        colls = (_i64(w.coll_instance).copy(), np.zeros(len(w.instances), np.int64), *inst)
         progress_state = (np.full(max(n_cp, 1), -1, np.int64), np.zeros(max(n_cp, 1), np.int64),
                           np.zeros(max(n_cp, 1), np.int8), np.zeros(max(len(inst[1]), 1), np.int64),
                           np.zeros(max(len(inst[1]), 1), np.int64), np.int64(max_steps + 1))
         links = (np.zeros(max(n_links, 1), np.int8), np.full(max(n_links, 1), -1, np.int64),
                  np.full(max(n_links, 1), -1, np.int64))
-        args = (*state, *times, *graph[:3], w.indegree.astype(np.int32), *graph[4:], *resources,
+        args = (*state, *times, *graph[:3], w.indegree.astype(np.int64), *graph[4:], *resources,
                 rank, peer_rank, key, size1, *heads, q_next, key_route, *colls, *sched, s_route, *progress_state,
                 *net, *links, np.int64(backend.chunk_bytes), backend.rounding == "ceil")
         work = np.empty(n + 2, np.int64)
