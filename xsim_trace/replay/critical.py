@@ -42,10 +42,7 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
     pred_idx = src[order]
     pred_ptr = np.zeros(w.num_nodes + 1, np.int64)
     np.cumsum(np.bincount(w.succ_idx, minlength=w.num_nodes), out=pred_ptr[1:])
-    # who held each resource until a given time
-    holder: dict[tuple[int, int], int] = {}
-    for i in np.lexsort((np.arange(w.num_nodes), end)).tolist():
-        holder.setdefault((int(w.resource[i]), int(end[i])), i)
+    holder = _Holders(np.asarray(w.resource, np.int64), np.asarray(end, np.int64))
 
     path: list[PathNode] = []
     i = int(np.lexsort((np.arange(w.num_nodes), -end))[0])
@@ -76,7 +73,7 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
             i, via = int(t.peer_node[i]), "peer"
             continue
         if s > int(ready[i]):
-            nxt = holder.get((int(w.resource[i]), s))
+            nxt = holder.get(int(w.resource[i]), s)
             if nxt is not None and nxt != i:
                 i, via = nxt, "resource"
                 continue
@@ -89,3 +86,18 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
         i, via = int(last.min()), "dep"
     path.reverse()
     return path
+
+
+class _Holders:
+    """Who held a resource until a given time: of the nodes on resource ``r`` that end at ``t``, the
+    lowest index (sorted once, looked up by bisection: no per-node Python work)."""
+
+    def __init__(self, resource: np.ndarray, end: np.ndarray) -> None:
+        self.order = np.lexsort((np.arange(len(end)), end, resource))
+        self.res = resource[self.order]
+        self.end = end[self.order]
+
+    def get(self, r: int, t: int) -> int | None:
+        lo, hi = np.searchsorted(self.res, r, "left"), np.searchsorted(self.res, r, "right")
+        k = lo + int(np.searchsorted(self.end[lo:hi], t, "left"))
+        return int(self.order[k]) if k < hi and int(self.end[k]) == t else None
