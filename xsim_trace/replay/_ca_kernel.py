@@ -45,6 +45,14 @@ FR_ENTER, FR_CHUNK, FR_POST = 0, 1, 2
  S_FLOWS, S_COLLS, S_SEEDED, S_BEVENTS, S_BOPS) = range(17)
 N_SCALARS = 17
 NO_HORIZON = 1 << 62
+#: the read-only int64 tables packed into one array ``S`` (offsets ``O`` in this order): a call then
+#: passes one array, not fifteen (numba counts references of every array argument, atomically, on
+#: every call: that was half of the time per flow)
+PACKED = ("inst_nodes_ptr", "inst_nodes", "inst_k", "inst_plan_ptr", "inst_plans", "inst_cp", "plan_step_ptr",
+          "step_tab", "tab_base", "e_need", "e_sptr", "s_q", "s_size", "s_route", "route_ptr", "route_links")
+(O_INP, O_IN, O_K, O_IPP, O_IPL, O_ICP, O_PSP, O_ST, O_TB, O_EN, O_ESP, O_SQ, O_SSZ, O_SRT, O_RP, O_RL) = range(16)
+#: the per-chunk-member and per-member progress packed into ``M`` (offsets ``OM`` in this order)
+PACKED_PROGRESS = ("cp_wait", "cp_pend", "cp_over", "p_done", "p_fin")
 
 
 # ---- heaps: rows (t, seq, ...), ordered by (t, seq) ------------------------------------------------
@@ -150,7 +158,8 @@ def _fifo_pop(head, tail, nxt, q):
 # ---- arrivals of a (chunk member, step): open addressing, linear probing ----------------------------
 @njit(cache=True, nogil=True)
 def _home(key, mask):
-    return np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(20)) & mask
+    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+    return np.int64(h >> np.uint64(32)) & mask
 
 
 @njit(cache=True, nogil=True)
@@ -195,7 +204,7 @@ def _to_ns(x, ceil):
 
 
 @njit(cache=True, nogil=True)
-def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, route_ptr, sc):
+def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, S, o_rp, sc):
     """``start_flow``: a slot, the next flow id, its first event (DONE at once on an empty route)."""
     if sc[S_FREE] == 0:
         sc[S_OVER] = 1
@@ -206,7 +215,7 @@ def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, route_ptr, 
     sc[S_FID] += 1
     sc[S_FLOWS] += 1
     sc[S_INFLIGHT] += 1
-    nh = route_ptr[route + 1] - route_ptr[route]
+    nh = S[o_rp + route + 1] - S[o_rp + route]
     fl[f, F_SIZE] = size
     fl[f, F_ROUTE] = route
     fl[f, F_NH] = nh
@@ -224,10 +233,12 @@ def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, route_ptr, 
 
 
 @njit(cache=True, nogil=True)
-def _brun(limit, stop_at_done, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr, route_links, l_bw, l_lat,
-          chunk, ceil, sc):
+def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, sc):
     """The backend's ``_run``: events with time <= ``limit``; with ``stop_at_done`` it stops before the
-    first completion and returns its time (also beyond ``limit``), else -1.  Completions go to ``fin``."""
+    first completion and returns its time (also beyond ``limit``), else -1.  Completions go to ``fin``.
+    ``L``: per link its busy flag, then the head, then the tail of its FIFO (3 x links); ``LF``: per
+    link its bandwidth, then its latency; routes in ``S`` from ``o_rp`` (CSR pointers) and ``o_rl``."""
+    nl = L.shape[0] // 3
     while sc[S_BSIZE] > 0:
         t = bh[0, 0]
         k = bh[0, 2]
@@ -247,24 +258,33 @@ def _brun(limit, stop_at_done, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr,
         sc[S_BEVENTS] += 1
         if k == B_FREE:
             link = x
-            if lq_head[link] < 0:
-                l_busy[link] = 0
+            f = L[nl + link]
+            if f < 0:
+                L[link] = 0
                 continue
-            f = _fifo_pop(lq_head, lq_tail, fl[:, F_NEXT], link)
+            L[nl + link] = fl[f, F_NEXT]
+            if L[nl + link] < 0:
+                L[2 * nl + link] = -1
         else:
             f = x
-            link = route_links[route_ptr[fl[f, F_ROUTE]] + fl[f, F_HOP]]
-            if l_busy[link]:
-                _fifo_push(lq_head, lq_tail, fl[:, F_NEXT], link, f)
+            link = S[o_rl + S[o_rp + fl[f, F_ROUTE]] + fl[f, F_HOP]]
+            if L[link]:
+                fl[f, F_NEXT] = -1
+                tail = L[2 * nl + link]
+                if tail < 0:
+                    L[nl + link] = f
+                else:
+                    fl[tail, F_NEXT] = f
+                L[2 * nl + link] = f
                 continue
         # transmit hop h of flow f on link at t: its head (or tail) event first, then the release
         h = fl[f, F_HOP]
         size = fl[f, F_SIZE]
         s = float(size)
         cs = float(min(size, chunk)) if chunk else s
-        bw = l_bw[link]
-        lat = l_lat[link]
-        l_busy[link] = 1
+        bw = LF[link]
+        lat = LF[nl + link]
+        L[link] = 1
         free_t = t + _to_ns(s / bw, ceil)
         comm = _to_ns(lat + s / bw, ceil)
         ccomm = _to_ns(lat + cs / bw, ceil)
@@ -287,23 +307,23 @@ def _brun(limit, stop_at_done, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr,
 
 # ---- collectives on the flow path ------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _issue(x, c, s, p, now, inst_plan_ptr, inst_plans, plan_step_ptr, step_tab, tab_base, e_sptr, s_q, s_size,
-           s_route, fl, fstack, bh, route_ptr, sc):
-    """Member ``p`` of chunk ``c`` sends its transfers of step ``s``, in schedule order."""
-    st = plan_step_ptr[inst_plans[inst_plan_ptr[x] + c]] + s
-    e = tab_base[step_tab[st]] + p
-    for j in range(e_sptr[e], e_sptr[e + 1]):
-        _start_flow(now, s_size[j], s_route[j], CB_COLL, x, c, s, s_q[j], p, fl, fstack, bh, route_ptr, sc)
+def _issue(x, c, s, p, now, S, O, fl, fstack, bh, sc):
+    """Member ``p`` of chunk ``c`` sends its transfers of step ``s``, in schedule order (``S``: the
+    read-only tables packed into one array, ``O`` their offsets: see :data:`PACKED`)."""
+    st = S[O[O_PSP] + S[O[O_IPL] + S[O[O_IPP] + x] + c]] + s
+    e = S[O[O_TB] + S[O[O_ST] + st]] + p
+    for j in range(S[O[O_ESP] + e], S[O[O_ESP] + e + 1]):
+        _start_flow(now, S[O[O_SSZ] + j], S[O[O_SRT] + j], CB_COLL, x, c, s, S[O[O_SQ] + j], p, fl, fstack, bh, S,
+                    O[O_RP], sc)
 
 
 @njit(cache=True, nogil=True)
-def _drive(typ, x, c, p, v, now, stk,
-           inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr, inst_plans, inst_cp,
-           plan_step_ptr, step_tab, tab_base, e_need, e_sptr, s_q, s_size, s_route,
-           cp_wait, cp_pend, cp_over, p_done, p_fin, hk, hv, s1,
-           eh, fl, fstack, bh, route_ptr, sc, delay, in_flight):
+def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight):
     """``enter_step`` (FR_ENTER, v = step), ``chunk_done`` (FR_CHUNK) and what ``chunk_done`` does
     after a synchronous start of the next chunk (FR_POST, v = its finish time), run to the end."""
+    o_inp, o_in, o_k, o_ipp, o_ipl, o_icp = O[O_INP], O[O_IN], O[O_K], O[O_IPP], O[O_IPL], O[O_ICP]
+    o_psp, o_st, o_tb, o_en, o_esp = O[O_PSP], O[O_ST], O[O_TB], O[O_EN], O[O_ESP]
+    m_wait, m_pend, m_over, m_done, m_fin = OM[0], OM[1], OM[2], OM[3], OM[4]
     stk[0, 0] = typ
     stk[0, 1] = x
     stk[0, 2] = c
@@ -317,30 +337,29 @@ def _drive(typ, x, c, p, v, now, stk,
         c = stk[top, 2]
         p = stk[top, 3]
         v = stk[top, 4]
-        n = inst_nodes_ptr[x + 1] - inst_nodes_ptr[x]
-        cpp = inst_cp[x] + c * n + p
+        n = S[o_inp + x + 1] - S[o_inp + x]
+        cpp = S[o_icp + x] + c * n + p
         if typ == FR_ENTER:
-            plan = inst_plans[inst_plan_ptr[x] + c]
-            base = plan_step_ptr[plan]
-            nst = plan_step_ptr[plan + 1] - base
+            plan = S[o_ipl + S[o_ipp + x] + c]
+            base = S[o_psp + plan]
+            nst = S[o_psp + plan + 1] - base
             s = v
             through = True
             while s < nst:
-                e = tab_base[step_tab[base + s]] + p
-                nsend = e_sptr[e + 1] - e_sptr[e]
+                e = S[o_tb + S[o_st + base + s]] + p
+                nsend = S[o_esp + e + 1] - S[o_esp + e]
                 if nsend:
-                    cp_pend[cpp] += nsend
+                    M[m_pend + cpp] += nsend
                     if delay:
                         sc[S_SEQ] += 1
                         sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_ISSUE, x, c, s, p, sc)
                     else:
-                        _issue(x, c, s, p, now, inst_plan_ptr, inst_plans, plan_step_ptr, step_tab, tab_base, e_sptr,
-                               s_q, s_size, s_route, fl, fstack, bh, route_ptr, sc)
-                need = e_need[e]
+                        _issue(x, c, s, p, now, S, O, fl, fstack, bh, sc)
+                need = S[o_en + e]
                 if need:
                     slot = _hfind(hk, cpp * s1 + s)
                     if slot < 0 or hv[slot, 0] < need:
-                        cp_wait[cpp] = s
+                        M[m_wait + cpp] = s
                         through = False
                         break
                     t_eff = hv[slot, 1]
@@ -353,14 +372,14 @@ def _drive(typ, x, c, p, v, now, stk,
                 s += 1
             if not through:
                 continue
-            if cp_pend[cpp]:  # a member's chunk ends once its own sends are delivered too
-                cp_over[cpp] = 1
+            if M[m_pend + cpp]:  # a member's chunk ends once its own sends are delivered too
+                M[m_over + cpp] = 1
                 continue
             typ = FR_CHUNK
         if typ == FR_CHUNK:
             t_fin = now + delay
             c2 = c + in_flight
-            if c2 < inst_k[x]:
+            if c2 < S[o_k + x]:
                 if t_fin > now:
                     sc[S_SEQ] += 1
                     sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], t_fin, sc[S_SEQ], EV_STEP, x, c2, p, 0, sc)
@@ -382,12 +401,12 @@ def _drive(typ, x, c, p, v, now, stk,
                     continue
             v = t_fin
         # FR_POST (or the rest of FR_CHUNK): count the chunk, the member ends with its last
-        pi = inst_nodes_ptr[x] + p
-        p_done[pi] += 1
-        if v > p_fin[pi]:
-            p_fin[pi] = v
-        if p_done[pi] == inst_k[x]:
-            _node_done(eh, sc, inst_nodes[pi], p_fin[pi])
+        pi = S[o_inp + x] + p
+        M[m_done + pi] += 1
+        if v > M[m_fin + pi]:
+            M[m_fin + pi] = v
+        if M[m_done + pi] == S[o_k + x]:
+            _node_done(eh, sc, S[o_in + pi], M[m_fin + pi])
 
 
 # ---- p2p ---------------------------------------------------------------------------------------------
@@ -415,7 +434,8 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
         inst_of, arrived, inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr, inst_plans, inst_cp,  # collectives
         plan_step_ptr, step_tab, step_reduce, tab_base, e_need, e_sptr, s_q, s_size, s_route,  # schedules
         cp_wait, cp_pend, cp_over, p_done, p_fin, s1,  # collective progress
-        route_ptr, route_links, l_bw, l_lat, l_busy, lq_head, lq_tail, chunk, ceil,  # the network
+        L, LF, chunk, ceil,  # the network: link state, bandwidth and latency (routes in S)
+        S, O, M, OM,  # the same tables and progress packed (views of these above), for the calls
         work, sc, delay, red_delay, in_flight, eager, budget):
     """Run until nothing is left (returns 0), ``budget`` events were handled (1), or a capacity
     was exceeded (3: the state is spoilt, rerun with larger arrays)."""
@@ -445,9 +465,10 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                 horizon = eh[0, 0] if sc[S_ESIZE] > 0 else NO_HORIZON
                 if sc[S_BSIZE] > 0 and bh[0, 2] == B_DONE:
                     cand = bh[0, 0]
+                elif sc[S_BSIZE] == 0 or bh[0, 0] > horizon:  # nothing due: _brun would return at once
+                    cand = -1
                 else:
-                    cand = _brun(horizon, True, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr, route_links, l_bw,
-                                 l_lat, chunk, ceil, sc)
+                    cand = _brun(horizon, True, bh, fl, fin, L, LF, S, O[O_RP], O[O_RL], chunk, ceil, sc)
                 if cand >= 0 and cand <= horizon:
                     t_net = cand
             if sc[S_ESIZE] > 0 and (t_net < 0 or eh[0, 0] < t_net):
@@ -477,39 +498,31 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                                 work[nw] = s
                                 nw += 1
                 elif k == EV_STEP:  # -- collectives: member c of chunk b reaches step d
-                    _drive(FR_ENTER, a, b, c, d, now, stk, inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr,
-                           inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need, e_sptr, s_q, s_size,
-                           s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk, hv, s1, eh, fl, fstack, bh,
-                           route_ptr, sc, delay, in_flight)
+                    _drive(FR_ENTER, a, b, c, d, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
                 elif k == EV_ISSUE:  # -- collectives: the delayed sends of member d, chunk b, step c
-                    _issue(a, b, c, d, now, inst_plan_ptr, inst_plans, plan_step_ptr, step_tab, tab_base, e_sptr,
-                           s_q, s_size, s_route, fl, fstack, bh, route_ptr, sc)
+                    _issue(a, b, c, d, now, S, O, fl, fstack, bh, sc)
                 elif k == EV_EAGER:  # -- p2p: a delayed eager send puts its data on the wire
-                    _start_flow(now, size1[a], key_route[key[a]], CB_EAGER, a, now, 0, 0, 0, fl, fstack, bh,
-                                route_ptr, sc)
+                    _start_flow(now, size1[a], key_route[key[a]], CB_EAGER, a, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc)
                 else:  # -- p2p: a delayed rendezvous pair moves its data
                     _start_flow(now, max(size1[a], size1[b]), key_route[key[a]], CB_RDV, a, b, 0, 0, 0, fl, fstack,
-                                bh, route_ptr, sc)
+                                bh, S, O[O_RP], sc)
             elif t_net >= 0:  # -- network: the flows landing at t_net, in flow id order
                 now = t_net
-                _brun(now, False, bh, fl, fin, l_busy, lq_head, lq_tail, route_ptr, route_links, l_bw, l_lat, chunk,
-                      ceil, sc)
+                _brun(now, False, bh, fl, fin, L, LF, S, O[O_RP], O[O_RL], chunk, ceil, sc)
                 nf = sc[S_NFIN]
                 sc[S_NFIN] = 0
-                if nf > 1:
-                    fids = np.empty(nf, np.int64)
-                    for j in range(nf):
-                        fids[j] = fl[fin[j], F_FID]
-                    order = np.argsort(fids)
-                    slots = np.empty(nf, np.int64)
-                    for j in range(nf):
-                        slots[j] = fin[order[j]]
-                else:
-                    slots = fin[:nf].copy()
+                for j in range(1, nf):  # flow id order (insertion sort: they come nearly sorted)
+                    f = fin[j]
+                    fid = fl[f, F_FID]
+                    m = j - 1
+                    while m >= 0 and fl[fin[m], F_FID] > fid:
+                        fin[m + 1] = fin[m]
+                        m -= 1
+                    fin[m + 1] = f
                 sc[S_EVENTS] += nf
                 spent += nf
                 for j in range(nf):
-                    f = slots[j]
+                    f = fin[j]
                     sc[S_INFLIGHT] -= 1
                     fstack[sc[S_FREE]] = f
                     sc[S_FREE] += 1
@@ -530,10 +543,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                         cp_pend[cpp] -= 1
                         if cp_pend[cpp] == 0 and cp_over[cpp]:
                             cp_over[cpp] = 0
-                            _drive(FR_CHUNK, x, c, p, 0, now, stk, inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr,
-                                   inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need, e_sptr, s_q,
-                                   s_size, s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk, hv, s1, eh, fl,
-                                   fstack, bh, route_ptr, sc, delay, in_flight)
+                            _drive(FR_CHUNK, x, c, p, 0, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
                         st = plan_step_ptr[inst_plans[inst_plan_ptr[x] + c]] + s
                         eff = now + red_delay if red_delay and step_reduce[st] else now
                         cpq = inst_cp[x] + c * n + q
@@ -566,10 +576,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                                 sc[S_SEQ] += 1
                                 sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], go, sc[S_SEQ], EV_STEP, x, c, q, s + 1, sc)
                             else:
-                                _drive(FR_ENTER, x, c, q, s + 1, now, stk, inst_nodes_ptr, inst_nodes, inst_k,
-                                       inst_plan_ptr, inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need,
-                                       e_sptr, s_q, s_size, s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk,
-                                       hv, s1, eh, fl, fstack, bh, route_ptr, sc, delay, in_flight)
+                                _drive(FR_ENTER, x, c, q, s + 1, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
                 continue
             else:
                 return 0
@@ -596,10 +603,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     else:
                         for c in range(min(in_flight, inst_k[x])):
                             for p in range(n):
-                                _drive(FR_ENTER, x, c, p, 0, now, stk, inst_nodes_ptr, inst_nodes, inst_k,
-                                       inst_plan_ptr, inst_plans, inst_cp, plan_step_ptr, step_tab, tab_base, e_need,
-                                       e_sptr, s_q, s_size, s_route, cp_wait, cp_pend, cp_over, p_done, p_fin, hk,
-                                       hv, s1, eh, fl, fstack, bh, route_ptr, sc, delay, in_flight)
+                                _drive(FR_ENTER, x, c, p, 0, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
             elif eager:
                 q = key[i]
                 if ki == K_SEND:  # -- p2p, eager: the data leaves when the send starts
@@ -611,8 +615,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                         sc[S_SEQ] += 1
                         sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_EAGER, i, 0, 0, 0, sc)
                     else:
-                        _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh,
-                                    route_ptr, sc)
+                        _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc)
                 elif ld_head[q] >= 0:  # a receive whose data is already there ends now
                     si = _fifo_pop(ld_head, ld_tail, q_next, q)
                     peer_of[i] = si
@@ -645,4 +648,4 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                         sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_RDV, si, ri, 0, 0, sc)
                     else:
                         _start_flow(now, max(size1[si], size1[ri]), key_route[q], CB_RDV, si, ri, 0, 0, 0, fl,
-                                    fstack, bh, route_ptr, sc)
+                                    fstack, bh, S, O[O_RP], sc)

@@ -161,6 +161,17 @@ def _collectives(w: CompiledWorkload, schedules: ScheduleCache, settings: Replay
     return inst, sched, _cat(flat.pair), n_cp, flat.max_steps, flows
 
 
+def _pack(parts: list[np.ndarray]) -> tuple[np.ndarray, tuple, list[np.ndarray]]:
+    """One int64 array holding ``parts`` one after another, the offsets of each (a tuple of ints) and
+    each part as a view of it (the kernel reads and writes the same memory through either)."""
+    sizes = [len(x) for x in parts]
+    offsets = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    packed = np.concatenate([np.asarray(x, np.int64) for x in parts]) if parts else np.zeros(0, np.int64)
+    views = [packed[offsets[i]:offsets[i + 1]] for i in range(len(parts))]
+    return packed, tuple(np.int64(o) for o in offsets[:-1].tolist()), views
+
+
 def _p2p(w: CompiledWorkload) -> tuple:
     """Matching keys (src, dst, tag) of the sends and receives, and each key's (src, dst) pair key."""
     n = w.num_nodes
@@ -226,7 +237,11 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
     kind = np.ascontiguousarray(w.exec_kind, np.int8)
     graph = (kind if kind.flags.writeable else kind.copy(), _i64(w.duration_ns), _i64(w.resource), None,
              _i64(w.succ_ptr), _i64(w.succ_idx))
-    net = (route_ptr, route_links, np.asarray(backend._bw, np.float64), np.asarray(backend._lat, np.float64))
+    nl = max(n_links, 1)
+    link_f = np.zeros(2 * nl, np.float64)
+    link_f[:n_links] = backend._bw
+    link_f[nl:nl + n_links] = backend._lat
+    S, O, tables = _pack([*inst, *sched[:1], *sched[1:2], *sched[3:], s_route, route_ptr, route_links])
     max_k = int(inst[2].max()) if len(inst[2]) else 0
     cap = min(n_coll_flows + n_sends + 1, 1 << 16)
     while True:
@@ -241,15 +256,16 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
                  np.zeros((2 * max_k + 8, 5), np.int64))  # frames
         resources = (np.zeros(nres, np.int8), np.full(nres, -1, np.int64), np.full(nres, -1, np.int64),
                      np.full(n, -1, np.int64))
-        colls = (_i64(w.coll_instance).copy(), np.zeros(len(w.instances), np.int64), *inst)
-        progress_state = (np.full(max(n_cp, 1), -1, np.int64), np.zeros(max(n_cp, 1), np.int64),
-                          np.zeros(max(n_cp, 1), np.int8), np.zeros(max(len(inst[1]), 1), np.int64),
-                          np.zeros(max(len(inst[1]), 1), np.int64), np.int64(max_steps + 1))
-        links = (np.zeros(max(n_links, 1), np.int8), np.full(max(n_links, 1), -1, np.int64),
-                 np.full(max(n_links, 1), -1, np.int64))
+        ncp, nm = max(n_cp, 1), max(len(inst[1]), 1)
+        M, OM, prog = _pack([np.full(ncp, -1, np.int64), np.zeros(ncp, np.int64), np.zeros(ncp, np.int64),
+                             np.zeros(nm, np.int64), np.zeros(nm, np.int64)])
+        colls = (_i64(w.coll_instance).copy(), np.zeros(len(w.instances), np.int64), *tables[:6])
+        schedules_ = (*tables[6:8], sched[2], *tables[8:13])
+        links = np.concatenate([np.zeros(nl, np.int64), np.full(2 * nl, -1, np.int64)])
         args = (*state, *times, *graph[:3], w.indegree.astype(np.int64), *graph[4:], *resources,
-                rank, peer_rank, key, size1, *heads, q_next, key_route, *colls, *sched, s_route, *progress_state,
-                *net, *links, np.int64(backend.chunk_bytes), backend.rounding == "ceil")
+                rank, peer_rank, key, size1, *heads, q_next, key_route, *colls, *schedules_, tables[13], *prog,
+                np.int64(max_steps + 1), links, link_f, np.int64(backend.chunk_bytes), backend.rounding == "ceil",
+                S, O, M, OM)
         work = np.empty(n + 2, np.int64)
         sc = np.zeros(k.N_SCALARS, np.int64)
         sc[k.S_FREE] = cap
