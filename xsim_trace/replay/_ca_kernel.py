@@ -41,7 +41,7 @@ F_FID, F_SIZE, F_ROUTE, F_NH, F_HOP, F_TAIL, F_NEXT, F_CB, F_A, F_B, F_C, F_D, F
 NF = 13
 # frames of the collective driver
 FR_ENTER, FR_CHUNK, FR_POST = 0, 1, 2
-(S_ESIZE, S_SEQ, S_BSIZE, S_BSEQ, S_FID, S_FREE, S_INFLIGHT, S_NFIN, S_HCOUNT, S_OVER, S_EVENTS, S_FINISHED,
+(_S_UNUSED0, _S_UNUSED1, _S_UNUSED2, _S_UNUSED3, S_FID, S_FREE, S_INFLIGHT, S_NFIN, S_HCOUNT, S_OVER, S_EVENTS, S_FINISHED,
  S_FLOWS, S_COLLS, S_SEEDED, S_BEVENTS, S_BOPS) = range(17)
 N_SCALARS = 17
 NO_HORIZON = 1 << 62
@@ -55,15 +55,20 @@ PACKED = ("inst_nodes_ptr", "inst_nodes", "inst_k", "inst_plan_ptr", "inst_plans
 PACKED_PROGRESS = ("cp_wait", "cp_pend", "cp_over", "p_done", "p_fin")
 
 
-# ---- heaps: rows (t, seq, ...), ordered by (t, seq) ------------------------------------------------
+# ---- heaps: row 0 is the header (size, last seq, overflow); entries are rows 1..size, (t, seq, ...),
+# ordered by (t, seq); each push takes the next seq.  One array per call: numba counts references of
+# every array argument (atomically) on each call.
 @njit(cache=True, nogil=True)
-def _epush(h, size, t, s, k, a, b, c, d, sc):
-    if size >= h.shape[0]:
-        sc[S_OVER] = 1
-        return size
-    i = size
-    while i > 0:
-        p = (i - 1) >> 1
+def _epush(h, t, k, a, b, c, d):
+    size = h[0, 0]
+    if size + 1 >= h.shape[0]:
+        h[0, 2] = 1
+        return
+    s = h[0, 1] + 1
+    h[0, 1] = s
+    i = size + 1
+    while i > 1:
+        p = i >> 1
         if t < h[p, 0] or (t == h[p, 0] and s < h[p, 1]):
             for j in range(7):
                 h[i, j] = h[p, j]
@@ -77,44 +82,20 @@ def _epush(h, size, t, s, k, a, b, c, d, sc):
     h[i, 4] = b
     h[i, 5] = c
     h[i, 6] = d
-    return size + 1
+    h[0, 0] = size + 1
 
 
 @njit(cache=True, nogil=True)
-def _pop(h, size):
-    """Remove the top row of heap ``h`` (read it first); returns the new size."""
-    size -= 1
-    if size == 0:
-        return 0
-    w = h.shape[1]
-    last = size
-    t, s = h[last, 0], h[last, 1]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and (h[c + 1, 0] < h[c, 0] or (h[c + 1, 0] == h[c, 0] and h[c + 1, 1] < h[c, 1])):
-            c += 1
-        if h[c, 0] < t or (h[c, 0] == t and h[c, 1] < s):
-            for j in range(w):
-                h[i, j] = h[c, j]
-            i = c
-        else:
-            break
-    for j in range(w):
-        h[i, j] = h[last, j]
-    return size
-
-
-@njit(cache=True, nogil=True)
-def _bpush(h, size, t, s, k, x, sc):
-    if size >= h.shape[0]:
-        sc[S_OVER] = 1
-        return size
-    i = size
-    while i > 0:
-        p = (i - 1) >> 1
+def _bpush(h, t, k, x):
+    size = h[0, 0]
+    if size + 1 >= h.shape[0]:
+        h[0, 2] = 1
+        return
+    s = h[0, 1] + 1
+    h[0, 1] = s
+    i = size + 1
+    while i > 1:
+        p = i >> 1
         if t < h[p, 0] or (t == h[p, 0] and s < h[p, 1]):
             h[i, 0] = h[p, 0]
             h[i, 1] = h[p, 1]
@@ -127,13 +108,39 @@ def _bpush(h, size, t, s, k, x, sc):
     h[i, 1] = s
     h[i, 2] = k
     h[i, 3] = x
-    return size + 1
+    h[0, 0] = size + 1
 
 
 @njit(cache=True, nogil=True)
-def _node_done(eh, sc, node, t):
-    sc[S_SEQ] += 1
-    sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], t, sc[S_SEQ], EV_DONE, node, 0, 0, 0, sc)
+def _pop(h):
+    """Remove the top row (row 1; read it first)."""
+    size = h[0, 0] - 1
+    h[0, 0] = size
+    if size == 0:
+        return
+    w = h.shape[1]
+    last = size + 1
+    t, s = h[last, 0], h[last, 1]
+    i = 1
+    while True:
+        c = 2 * i
+        if c > size:
+            break
+        if c + 1 <= size and (h[c + 1, 0] < h[c, 0] or (h[c + 1, 0] == h[c, 0] and h[c + 1, 1] < h[c, 1])):
+            c += 1
+        if h[c, 0] < t or (h[c, 0] == t and h[c, 1] < s):
+            for j in range(w):
+                h[i, j] = h[c, j]
+            i = c
+        else:
+            break
+    for j in range(w):
+        h[i, j] = h[last, j]
+
+
+@njit(cache=True, nogil=True)
+def _node_done(eh, node, t):
+    _epush(eh, t, EV_DONE, node, 0, 0, 0)
 
 
 @njit(cache=True, nogil=True)
@@ -227,8 +234,7 @@ def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, S, o_rp, sc
     fl[f, F_C] = c
     fl[f, F_D] = d
     fl[f, F_E] = e
-    sc[S_BSEQ] += 1
-    sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], now, sc[S_BSEQ], B_DONE if nh == 0 else B_ARRIVE, f, sc)
+    _bpush(bh, now, B_DONE if nh == 0 else B_ARRIVE, f)
     sc[S_BOPS] += 1
 
 
@@ -239,17 +245,17 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
     ``L``: per link its busy flag, then the head, then the tail of its FIFO (3 x links); ``LF``: per
     link its bandwidth, then its latency; routes in ``S`` from ``o_rp`` (CSR pointers) and ``o_rl``."""
     nl = L.shape[0] // 3
-    while sc[S_BSIZE] > 0:
-        t = bh[0, 0]
-        k = bh[0, 2]
+    while bh[0, 0] > 0:
+        t = bh[1, 0]
+        k = bh[1, 2]
         if t > limit:
             if stop_at_done and k == B_DONE:
                 return t
             return -1
         if k == B_DONE and stop_at_done:
             return t
-        x = bh[0, 3]
-        sc[S_BSIZE] = _pop(bh, sc[S_BSIZE])
+        x = bh[1, 3]
+        _pop(bh)
         sc[S_BOPS] += 1
         if k == B_DONE:
             fin[sc[S_NFIN]] = x
@@ -294,13 +300,11 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
             tail_next = max(t + comm, fl[f, F_TAIL] + ccomm)
         fl[f, F_HOP] = h + 1
         fl[f, F_TAIL] = tail_next
-        sc[S_BSEQ] += 1
         if h + 1 == fl[f, F_NH]:
-            sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], tail_next, sc[S_BSEQ], B_DONE, f, sc)
+            _bpush(bh, tail_next, B_DONE, f)
         else:
-            sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], t + ccomm, sc[S_BSEQ], B_ARRIVE, f, sc)
-        sc[S_BSEQ] += 1
-        sc[S_BSIZE] = _bpush(bh, sc[S_BSIZE], free_t, sc[S_BSEQ], B_FREE, link, sc)
+            _bpush(bh, t + ccomm, B_ARRIVE, f)
+        _bpush(bh, free_t, B_FREE, link)
         sc[S_BOPS] += 2
     return -1
 
@@ -351,8 +355,7 @@ def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, b
                 if nsend:
                     M[m_pend + cpp] += nsend
                     if delay:
-                        sc[S_SEQ] += 1
-                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_ISSUE, x, c, s, p, sc)
+                        _epush(eh, now + delay, EV_ISSUE, x, c, s, p)
                     else:
                         _issue(x, c, s, p, now, S, O, fl, fstack, bh, sc)
                 need = S[o_en + e]
@@ -365,8 +368,7 @@ def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, b
                     t_eff = hv[slot, 1]
                     _hdel(hk, hv, slot, sc)
                     if t_eff > now:
-                        sc[S_SEQ] += 1
-                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], t_eff, sc[S_SEQ], EV_STEP, x, c, p, s + 1, sc)
+                        _epush(eh, t_eff, EV_STEP, x, c, p, s + 1)
                         through = False
                         break
                 s += 1
@@ -381,8 +383,7 @@ def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, b
             c2 = c + in_flight
             if c2 < S[o_k + x]:
                 if t_fin > now:
-                    sc[S_SEQ] += 1
-                    sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], t_fin, sc[S_SEQ], EV_STEP, x, c2, p, 0, sc)
+                    _epush(eh, t_fin, EV_STEP, x, c2, p, 0)
                 else:
                     if top + 2 > stk.shape[0]:
                         sc[S_OVER] = 1
@@ -406,7 +407,7 @@ def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, b
         if v > M[m_fin + pi]:
             M[m_fin + pi] = v
         if M[m_done + pi] == S[o_k + x]:
-            _node_done(eh, sc, S[o_in + pi], M[m_fin + pi])
+            _node_done(eh, S[o_in + pi], M[m_fin + pi])
 
 
 # ---- p2p ---------------------------------------------------------------------------------------------
@@ -419,7 +420,7 @@ def _eager_landed(si, now, sent_at, key, rw_head, rw_tail, ld_head, ld_tail, q_n
         peer_of[si] = j
         if sent_at > start[j]:
             wait[j] = sent_at - start[j]
-        _node_done(eh, sc, j, now)
+        _node_done(eh, j, now)
     else:
         _fifo_push(ld_head, ld_tail, q_next, q, si)
 
@@ -441,7 +442,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
     was exceeded (3: the state is spoilt, rerun with larger arrays)."""
     spent = 0
     while True:
-        if sc[S_OVER]:
+        if sc[S_OVER] or eh[0, 2] or bh[0, 2]:
             return 3
         nw = 0
         now = 0
@@ -462,18 +463,18 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                 return 1
             t_net = -1
             if sc[S_INFLIGHT] > 0:  # -- the backend's next completion, the engine's next event its horizon
-                horizon = eh[0, 0] if sc[S_ESIZE] > 0 else NO_HORIZON
-                if sc[S_BSIZE] > 0 and bh[0, 2] == B_DONE:
-                    cand = bh[0, 0]
-                elif sc[S_BSIZE] == 0 or bh[0, 0] > horizon:  # nothing due: _brun would return at once
+                horizon = eh[1, 0] if eh[0, 0] > 0 else NO_HORIZON
+                if bh[0, 0] > 0 and bh[1, 2] == B_DONE:
+                    cand = bh[1, 0]
+                elif bh[0, 0] == 0 or bh[1, 0] > horizon:  # nothing due: _brun would return at once
                     cand = -1
                 else:
                     cand = _brun(horizon, True, bh, fl, fin, L, LF, S, O[O_RP], O[O_RL], chunk, ceil, sc)
                 if cand >= 0 and cand <= horizon:
                     t_net = cand
-            if sc[S_ESIZE] > 0 and (t_net < 0 or eh[0, 0] < t_net):
-                now, k, a, b, c, d = eh[0, 0], eh[0, 2], eh[0, 3], eh[0, 4], eh[0, 5], eh[0, 6]
-                sc[S_ESIZE] = _pop(eh, sc[S_ESIZE])
+            if eh[0, 0] > 0 and (t_net < 0 or eh[1, 0] < t_net):
+                now, k, a, b, c, d = eh[1, 0], eh[1, 2], eh[1, 3], eh[1, 4], eh[1, 5], eh[1, 6]
+                _pop(eh)
                 sc[S_EVENTS] += 1
                 spent += 1
                 if k == EV_DONE:  # -- streams: node a ends, its resource passes on, successors wake
@@ -530,10 +531,10 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     a = fl[f, F_A]
                     b = fl[f, F_B]
                     if cb == CB_RDV:
-                        _node_done(eh, sc, a, now)
-                        _node_done(eh, sc, b, now)
+                        _node_done(eh, a, now)
+                        _node_done(eh, b, now)
                     elif cb == CB_EAGER:
-                        _node_done(eh, sc, a, now)
+                        _node_done(eh, a, now)
                         _eager_landed(a, now, b, key, rw_head, rw_tail, ld_head, ld_tail, q_next, peer_of, start,
                                       wait, eh, sc)
                     else:  # flow_landed: transfer of step s of chunk c from position p to q (run x)
@@ -573,8 +574,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                                 _hdel(hk, hv, slot, sc)
                         if go >= 0:
                             if go > now:
-                                sc[S_SEQ] += 1
-                                sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], go, sc[S_SEQ], EV_STEP, x, c, q, s + 1, sc)
+                                _epush(eh, go, EV_STEP, x, c, q, s + 1)
                             else:
                                 _drive(FR_ENTER, x, c, q, s + 1, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
                 continue
@@ -586,7 +586,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
             start[i] = now
             ki = kind[i]
             if ki == K_TIMED:
-                _node_done(eh, sc, i, now + dur[i])
+                _node_done(eh, i, now + dur[i])
             elif ki == K_COLL:  # -- collectives: the last member to arrive starts it
                 x = inst_of[i]
                 arrived[x] += 1
@@ -599,7 +599,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                         wait[g] = now - start[g]
                     if inst_k[x] == 0:
                         for j in range(a0, a0 + n):
-                            _node_done(eh, sc, inst_nodes[j], now)
+                            _node_done(eh, inst_nodes[j], now)
                     else:
                         for c in range(min(in_flight, inst_k[x])):
                             for p in range(n):
@@ -608,19 +608,18 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                 q = key[i]
                 if ki == K_SEND:  # -- p2p, eager: the data leaves when the send starts
                     if rank[i] == peer_rank[i]:
-                        _node_done(eh, sc, i, now + delay)
+                        _node_done(eh, i, now + delay)
                         _eager_landed(i, now + delay, now + delay, key, rw_head, rw_tail, ld_head, ld_tail, q_next,
                                       peer_of, start, wait, eh, sc)
                     elif delay:
-                        sc[S_SEQ] += 1
-                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_EAGER, i, 0, 0, 0, sc)
+                        _epush(eh, now + delay, EV_EAGER, i, 0, 0, 0)
                     else:
                         _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc)
                 elif ld_head[q] >= 0:  # a receive whose data is already there ends now
                     si = _fifo_pop(ld_head, ld_tail, q_next, q)
                     peer_of[i] = si
                     peer_of[si] = i
-                    _node_done(eh, sc, i, now)
+                    _node_done(eh, i, now)
                 else:
                     _fifo_push(rw_head, rw_tail, q_next, q, i)
             else:  # -- p2p, rendezvous: the data moves once both sides have started
@@ -641,11 +640,10 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     peer_of[ri] = si
                     wait[ri] = now - start[ri]
                     if rank[si] == rank[ri]:
-                        _node_done(eh, sc, si, now + delay)
-                        _node_done(eh, sc, ri, now + delay)
+                        _node_done(eh, si, now + delay)
+                        _node_done(eh, ri, now + delay)
                     elif delay:
-                        sc[S_SEQ] += 1
-                        sc[S_ESIZE] = _epush(eh, sc[S_ESIZE], now + delay, sc[S_SEQ], EV_RDV, si, ri, 0, 0, sc)
+                        _epush(eh, now + delay, EV_RDV, si, ri, 0, 0)
                     else:
                         _start_flow(now, max(size1[si], size1[ri]), key_route[q], CB_RDV, si, ri, 0, 0, 0, fl,
                                     fstack, bh, S, O[O_RP], sc)
