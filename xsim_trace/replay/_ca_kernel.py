@@ -512,14 +512,23 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                 _brun(now, False, bh, fl, fin, L, LF, S, O[O_RP], O[O_RL], chunk, ceil, sc)
                 nf = sc[S_NFIN]
                 sc[S_NFIN] = 0
-                for j in range(1, nf):  # flow id order (insertion sort: they come nearly sorted)
-                    f = fin[j]
-                    fid = fl[f, F_FID]
-                    m = j - 1
-                    while m >= 0 and fl[fin[m], F_FID] > fid:
-                        fin[m + 1] = fin[m]
-                        m -= 1
-                    fin[m + 1] = f
+                if nf > 16:  # flow id order
+                    fids = np.empty(nf, np.int64)
+                    for j in range(nf):
+                        fids[j] = fl[fin[j], F_FID]
+                    order = np.argsort(fids)
+                    fids[:] = fin[:nf]
+                    for j in range(nf):
+                        fin[j] = fids[order[j]]
+                else:
+                    for j in range(1, nf):
+                        f = fin[j]
+                        fid = fl[f, F_FID]
+                        m = j - 1
+                        while m >= 0 and fl[fin[m], F_FID] > fid:
+                            fin[m + 1] = fin[m]
+                            m -= 1
+                        fin[m + 1] = f
                 sc[S_EVENTS] += nf
                 spent += nf
                 for j in range(nf):
