@@ -29,6 +29,9 @@ SLICE_EVENTS = 1 << 20
 #: below it, loading numba and the kernel (~0.4-0.6 s CPU) costs more than the Python loop
 #: (~5-8 us per flow) spends
 COMPILED_CA_MIN_FLOWS = 100_000
+#: the same where numba is loaded already (e.g. by the columnar decoder): then only the kernel's
+#: cache is loaded (~0.1 s)
+COMPILED_CA_MIN_FLOWS_NUMBA_LOADED = 5_000
 
 
 def kernel():
@@ -43,6 +46,14 @@ def kernel():
 def applies(backend) -> bool:
     """The kernel reproduces this backend exactly: a fresh ``analytical-ca`` (no flow started yet)."""
     return type(backend) is AnalyticalCongestionAwareBackend and backend.flows_started == 0 and not backend._heap
+
+
+def worth_it(w: CompiledWorkload, settings: ReplaySettings) -> bool:
+    """Whether the kernel pays for its loading on this workload (by default)."""
+    import sys  # noqa: PLC0415
+
+    floor = COMPILED_CA_MIN_FLOWS_NUMBA_LOADED if "numba" in sys.modules else COMPILED_CA_MIN_FLOWS
+    return estimated_flows(w, settings) >= floor
 
 
 def estimated_flows(w: CompiledWorkload, settings: ReplaySettings) -> int:

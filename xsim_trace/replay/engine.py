@@ -133,15 +133,15 @@ class Engine:
 
     def _compiled_ca_applies(self, wanted: bool | None) -> bool:
         """The analytical-ca kernel (:mod:`~xsim_trace.replay.compiled_ca`) runs the flow path over a
-        fresh analytical-ca backend; by default from an estimated
-        :data:`~xsim_trace.replay.compiled_ca.COMPILED_CA_MIN_FLOWS` flows on."""
+        fresh analytical-ca backend; by default where it pays for its loading
+        (:func:`~xsim_trace.replay.compiled_ca.worth_it`)."""
         if wanted is False or self.closed_form:
             return False
         from xsim_trace.replay import compiled_ca  # noqa: PLC0415
 
         if not compiled_ca.applies(self.backend):
             return False
-        if wanted is None and compiled_ca.estimated_flows(self.w, self.settings) < compiled_ca.COMPILED_CA_MIN_FLOWS:
+        if wanted is None and not compiled_ca.worth_it(self.w, self.settings):
             return False
         return compiled_ca.kernel() is not None
 
