@@ -30,6 +30,20 @@ class PathNode:
     via: str  # how the path reached it from its successor: "dep", "resource" or "end" (the last node)
 
 
+class _Holders:
+    """Who held a resource until a given time: the lowest-index node on it that ended then."""
+
+    def __init__(self, resource: np.ndarray, end: np.ndarray) -> None:
+        self.order = np.lexsort((np.arange(len(end)), end, resource))
+        self.res, self.end = resource[self.order], end[self.order]
+
+    def get(self, resource: int, t: int) -> int | None:
+        lo = int(np.searchsorted(self.res, resource, "left"))
+        hi = int(np.searchsorted(self.res, resource, "right"))
+        k = lo + int(np.searchsorted(self.end[lo:hi], t, "left"))
+        return int(self.order[k]) if k < hi and int(self.end[k]) == t else None
+
+
 def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
     """Nodes of the critical path in time order."""
     if w.num_nodes == 0:
@@ -42,7 +56,7 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
     pred_idx = src[order]
     pred_ptr = np.zeros(w.num_nodes + 1, np.int64)
     np.cumsum(np.bincount(w.succ_idx, minlength=w.num_nodes), out=pred_ptr[1:])
-    holder = _Holders(np.asarray(w.resource, np.int64), np.asarray(end, np.int64))
+    holder = _Holders(w.resource, end)
 
     path: list[PathNode] = []
     i = int(np.lexsort((np.arange(w.num_nodes), -end))[0])
@@ -86,18 +100,3 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
         i, via = int(last.min()), "dep"
     path.reverse()
     return path
-
-
-class _Holders:
-    """Who held a resource until a given time: of the nodes on resource ``r`` that end at ``t``, the
-    lowest index (sorted once, looked up by bisection: no per-node Python work)."""
-
-    def __init__(self, resource: np.ndarray, end: np.ndarray) -> None:
-        self.order = np.lexsort((np.arange(len(end)), end, resource))
-        self.res = resource[self.order]
-        self.end = end[self.order]
-
-    def get(self, r: int, t: int) -> int | None:
-        lo, hi = np.searchsorted(self.res, r, "left"), np.searchsorted(self.res, r, "right")
-        k = lo + int(np.searchsorted(self.end[lo:hi], t, "left"))
-        return int(self.order[k]) if k < hi and int(self.end[k]) == t else None
