@@ -110,6 +110,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         gpn, nic = args.gpus_per_node, args.nic_gbps
     pred = predict(setup)
     out = prediction_dict(setup, pred)
+    if setup.timer.family is not None and setup.timer.family.name == "deepspeed":
+        from xsim_trace.workload.pipeline_hetero import deepspeed_check
+
+        out["deepspeed"] = deepspeed_check(setup.program, out["memory"][0]["capacity_GiB"] * 2**30)
     if args.replay:
         if setup.fw.world_size <= REPLAY_MAX_RANKS:
             from xsim_trace.devices.catalog import catalog_for
@@ -146,6 +150,10 @@ def _print_text(out: dict) -> None:
         print(f"memory stage {m['stage']:<3} {m['total_GiB']:8.1f} GiB of {m['capacity_GiB']:.1f} (weights "
               f"{m['weights_GiB']:.1f}, grads {m['grads_GiB']:.1f}, optimizer {m['optimizer_GiB']:.1f}, "
               f"activations {m['activations_GiB']:.1f}){flag}")
+    for d in out.get("deepspeed", ()):
+        verdict = f"cannot start: {d['unbuildable']}" if d["unbuildable"] else (
+            "OUT OF MEMORY" if d["out_of_memory"] else "fits")
+        print(f"deepspeed stage {d['stage']:<3} {d['memory_GiB']:6.1f} GiB fp16 pipeline memory, {verdict}")
     if "replay_step_time_s" in out:
         print(f"replay           {out['replay_step_time_s']:10.4f} s  ({out['replay_vs_estimate_pct']:+.1f}% vs estimate)")
     elif "replay_skipped" in out:
