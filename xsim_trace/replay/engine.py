@@ -150,8 +150,9 @@ class Engine:
     def _compiled_ca_applies(self, wanted: bool | None) -> bool:
         """The analytical-ca kernel (:mod:`~xsim_trace.replay.compiled_ca`) runs the flow path over a
         fresh analytical-ca backend; by default where it pays for its loading
-        (:func:`~xsim_trace.replay.compiled_ca.worth_it`)."""
-        if wanted is False or self.closed_form:
+        (:func:`~xsim_trace.replay.compiled_ca.worth_it`). The kernel walks the schedule's flows; a
+        collective lowered into the NCCL model's paced flows (``self.lowering``) runs on the Python loop."""
+        if wanted is False or self.closed_form or self.lowering is not None:
             return False
         from xsim_trace.replay import compiled_ca  # noqa: PLC0415
 
