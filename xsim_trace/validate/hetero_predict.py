@@ -199,9 +199,16 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
         dev = get_device(dev_name)
         raw = group.intra.bw_GBps
         eff = cal.pcie_efficiency if (dev.pcie_GBps and raw <= dev.pcie_GBps) else cal.nvlink_efficiency
-        gbps = dict(cal.nic_gbps).get(cluster.name, group.nic.nic_gbps if group.nic else 0.0)
-        nic = (group.nic.count * gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
-        out.append(NodeLinks(raw * eff, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
+        # a measured rate in the preset's nccl block (intra_bw_GBps / net_bw_GBps) is taken as achieved: no
+        # efficiency on top; otherwise the line rate times the calibrated efficiency
+        intra = group.nccl.intra_bw_GBps or raw * eff
+        gbps = dict(cal.nic_gbps).get(cluster.name)
+        if gbps is None and group.nccl.net_bw_GBps:
+            nic = group.nccl.net_bw_GBps
+        else:
+            gbps = gbps if gbps is not None else (group.nic.nic_gbps if group.nic else 0.0)
+            nic = (group.nic.count * gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
+        out.append(NodeLinks(intra, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
     return tuple(out)
 
 
