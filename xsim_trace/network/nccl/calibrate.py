@@ -24,7 +24,8 @@ from xsim_trace.network.nccl.nccltests import NcclTestsRun
 from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
 
 #: bandwidths and bandwidth factors: fitted in log space, within _BW_RANGE of their physical value
-BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale")
+BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale",
+             "simple_fill_bytes")
 LAT_PARAMS = ("latency_us", "ll_latency_us", "ll128_latency_us", "simple_latency_us", "net_latency_us")
 PROTO_PARAMS = ("ll_latency_us", "ll128_latency_us", "simple_latency_us", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale",
                 "simple_fill_us", "simple_fill_bytes")
@@ -128,15 +129,21 @@ def _free_params(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> list[str]:
 
 
 def _visible(group: DeviceGroup, runs: Sequence[NcclTestsRun], name: str) -> bool:
-    """Whether the runs see a link bandwidth at all: 5% less of it changes some predicted row.  One that no
-    row depends on (the scale-out bandwidth of a 2-node NVLS-tree all-reduce that NVLink bounds) keeps its
-    physical value instead of absorbing what the others miss (and then mispredicting another node count)."""
+    """Whether the runs see a link bandwidth: 5% less of it slows at least a quarter of the rows of 1 MiB and
+    more by 0.5%.  One they hardly depend on (the scale-out bandwidth of a 2-node NVLS-tree all-reduce that
+    NVLink bounds) keeps its physical value instead of absorbing what the others miss (and then
+    mispredicting another node count)."""
     start = _start(group, runs)[name]
     if start <= 0:
         return False
     slower = _with(group, **{name: start * 0.95})
-    before = [r.predicted_us for r in predict_rows(group, runs)]
-    return any(not math.isclose(a, b.predicted_us, rel_tol=1e-9) for a, b in zip(before, predict_rows(slower, runs)))
+    pairs = [(a.predicted_us, b.predicted_us) for a, b in zip(predict_rows(group, runs), predict_rows(slower, runs))
+             if a.size_bytes >= _VISIBLE_MIN_BYTES]
+    changed = sum(b > a * 1.005 for a, b in pairs)
+    return bool(pairs) and changed >= 0.25 * len(pairs)
+
+
+_VISIBLE_MIN_BYTES = 1 << 20
 
 
 def _start(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[str, float]:
@@ -152,6 +159,8 @@ def _start(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[str, float]
         "net_latency_us": s.net_latency_us,
         **{f"{p}_latency_us": s.proto_latency_us[i] for i, p in enumerate(("ll", "ll128", "simple"))},
         **{f"{p}_bw_scale": s.proto_bw_scale[i] for i, p in enumerate(("ll", "ll128", "simple"))},
+        "simple_fill_us": s.simple_fill_us,
+        "simple_fill_bytes": group.nccl.simple_fill_bytes or s.simple_fill_bytes or _DEFAULT_FILL_BYTES,
     }
 
 
@@ -163,17 +172,21 @@ def _grid(name: str, value: float, span: float) -> list[float]:
 
 
 #: latencies that cannot go below 0 (the base latency may, a little: NCCL's base figures can exceed a fabric's)
-_NON_NEGATIVE = ("net_latency_us",)
+_NON_NEGATIVE = ("net_latency_us", "simple_fill_us")
 _MIN_BASE_LATENCY_US = -10.0
 #: a fitted bandwidth stays within these factors of the physical one: calibration finds the efficiency a
 #: fabric reaches, it cannot make a link several times slower (which would only absorb what other terms miss)
 _BW_RANGE = (0.4, 1.25)
+#: the message size at which Simple's fill stops growing is searched over a wide range of its start
+_FILL_BYTES_RANGE = (1.0 / 64.0, 64.0)
+_DEFAULT_FILL_BYTES = 64.0 * (1 << 20)
 _SIMPLEX_ITERATIONS = 400
 
 
 def _clamp(name: str, value: float, prior: float) -> float:
     if name in BW_PARAMS:
-        return min(max(value, prior * _BW_RANGE[0]), prior * _BW_RANGE[1]) if prior > 0 else value
+        lo, hi = _FILL_BYTES_RANGE if name == "simple_fill_bytes" else _BW_RANGE
+        return min(max(value, prior * lo), prior * hi) if prior > 0 else value
     if name in _NON_NEGATIVE:
         return max(0.0, value)
     return max(_MIN_BASE_LATENCY_US, value)
