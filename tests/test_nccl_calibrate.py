@@ -14,6 +14,7 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.errors import FormatError
 from xsim_trace.network.nccl import CollKind, group_shape, price_collective
 from xsim_trace.network.nccl.calibrate import calibrate, predict_rows
+from xsim_trace.network.nccl.reference import neutral_cluster
 from xsim_trace.network.nccl.nccltests import parse_nccl_tests, render_log
 
 pytestmark = pytest.mark.skipif(not REFERENCE.is_file(), reason="../shared/reference/nccl_tests.csv not present")
@@ -158,9 +159,11 @@ def test_calibration_from_two_nodes_predicts_four(tmp_path):
     all-reduce is NVLink-bound, so the scale-out bandwidth keeps its physical value (it is not fitted)."""
     two = parse_nccl_tests(write_reference_log(tmp_path, "h100_2x8_issue309_hgx"))
     four = parse_nccl_tests(write_reference_log(tmp_path, "h100_4x8_issue309_vm"))
-    cal = calibrate(load_cluster("dgx-h100:2"), [two])
+    # the preset without the constants measured on these runs (nccl_links.yaml): nothing fitted on the 4-node run
+    base = neutral_cluster(load_cluster("dgx-h100:2"), ["ll128_bw_scale", "simple_fill_us"])
+    cal = calibrate(base, [two])
     assert "net_bw_GBps" not in cal.fitted
-    fitted = dataclasses.replace(load_cluster("dgx-h100:4").groups[0], nccl=cal.tuning)
+    fitted = dataclasses.replace(base.groups[0], nccl=cal.tuning)
     errs = sorted(abs(r.error) for r in predict_rows(fitted, [four]) if r.size_bytes >= 1 << 20)
     assert errs[len(errs) // 2] < 0.05
 
@@ -210,3 +213,22 @@ def test_old_layout_fixture_parses_and_calibrates(tmp_path, capsys):
     # the made-up log is far slower than the base preset's 4x 100 Gb/s NICs: the fit says so
     assert "net_bw_GBps stopped at the edge of its range" in captured.err
     assert load_cluster(out).groups[0].gpu_type == "V100-SXM2-32GB"
+
+
+def test_measured_constant_refits_from_its_runs(tmp_path):
+    """The Ethernet (TCPXO) step latency in nccl_links.yaml is what fit_constants gives on its two public runs."""
+    from xsim_trace.network.nccl.reference import fit_constants, measured_sets
+
+    ms = next(m for m in measured_sets() if m.key == "net_step_latency_us.ethernet")
+    runs = [parse_nccl_tests(write_reference_log(tmp_path, r)) for r in ms.fitted_on]
+    fitted = fit_constants(load_cluster("gcp-a3-mega"), runs, ms.params)
+    assert fitted["net_latency_us"] == pytest.approx(ms.values[0], rel=0.02)
+
+
+def test_calibrate_bundled_log_same_run_target():
+    """Calibrating on the bundled small log meets the same-run target: <= 3% median |error| at >= 1 MiB."""
+    from pathlib import Path
+
+    run = parse_nccl_tests(Path(__file__).parent / "data" / "nccl_tests" / "all_gather_perf_old_format.log")
+    cal = calibrate(load_cluster("v100-dgx1"), [run])
+    assert cal.median_abs_error(1 << 20) < 0.03

@@ -3,11 +3,16 @@
 
 Every clean run of ../shared/reference/nccl_tests.csv (runs whose notes say FLAG or FAULTY are skipped and
 listed) is rebuilt as an nccl-tests log, read back by the parser (xsim_trace.network.nccl.nccltests) and
-predicted twice:
+predicted several ways:
 
-* preset: on the bundled cluster preset that matches its GPU and interconnect, uncalibrated;
+* preset: on the bundled cluster preset that matches its GPU and interconnect, uncalibrated.  The few model
+  constants measured on these public runs (nccl_links.yaml ``protocols`` and the Ethernet step latency, see
+  xsim_trace/network/nccl/reference.py) are refitted leave-one-run-out: a run is never predicted with a
+  constant fitted on it (the last column says which were refitted);
 * calibrated: on that preset after `xsim calibrate nccl-tests` on the OTHER runs of the same fabric
-  (cross-validated: the predicted run never takes part in its own fit); "-" where the fabric has no other run.
+  (cross-validated: the predicted run never takes part in its own fit); absent where the fabric has no other run;
+* self-cal: after `xsim calibrate nccl-tests` on this run itself (the issue's <= 3% at >= 1 MiB target);
+* from N nodes: calibrated on one run of the same fabric and collective at another node count (<= 5%).
 
 Per run and size band (< 64 KiB, 64 KiB - 16 MiB, >= 16 MiB) it prints the median and worst |error| of the
 out-of-place time.  nccl-tests' own launch cost when one process drives several GPUs (-g 8) is priced from the
@@ -19,7 +24,7 @@ one clock; the rank that arrived last at a kernel did not wait, so its kernel is
 Its all-to-alls are converted as per-peer send/recv: a chain of transfers with the schedule walk, one NCCL
 all-to-all (the model's) with the NCCL model.
 
-usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces]
+usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces] [--refit]
 """
 
 from __future__ import annotations
@@ -167,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster, note = loo_cluster(ref, runs)
         others = [o for o in runs if o.fabric == ref.fabric and o.run_id != ref.run_id]
         modes = [("preset", predict_rows(cluster.groups[0], [ref.run]), f"measured constants: {note}")]
-        for label, fit_on in (("calibrated", others), ("self-cal", [ref])):
+        fits = [("calibrated", others), ("self-cal", [ref])]
+        # a log of one node count predicting another of the same fabric (the issue's <= 5% target)
+        fits += [(f"from {o.run.n_nodes} nodes", [o]) for o in others
+                 if o.run.n_nodes != ref.run.n_nodes and o.run.collective is ref.run.collective]
+        for label, fit_on in fits:
             if not fit_on:
                 continue
             cal = calibrate(cluster, [o.run for o in fit_on])
@@ -191,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows:
                     print(f"    {r.size_bytes:>12} {r.measured_us:>10.1f} {r.predicted_us:>10.1f} {100 * r.error:>+7.1f}% {r.algo}/{r.proto}")
     print("# median over runs of the per-run median |error| (runs within the issue's target / runs):")
-    targets = {"preset >=16MiB": 0.10, "preset <64KiB": 0.25, "preset 64KiB-16MiB": 0.25, "self-cal >=1MiB": 0.03}
+    targets = {"preset >=16MiB": 0.10, "preset <64KiB": 0.25, "preset 64KiB-16MiB": 0.25, "self-cal >=1MiB": 0.03,
+               "from 2 nodes >=1MiB": 0.05, "from 4 nodes >=1MiB": 0.05}
     for key, values in sorted(summary.items()):
         goal = targets.get(key)
         met = f"  {sum(v <= goal for v in values)}/{len(values)} runs <= {100 * goal:.0f}%" if goal else ""
