@@ -188,6 +188,7 @@ def test_measured_constants_named_and_applied(a100):
     keys = {m.key for m in measured_sets()}
     assert {"protocols.nvlink3", "protocols.nvlink4", "net_step_latency_us.ethernet"} <= keys
     assert all(m.fitted_on for m in measured_sets())
-    small, big, huge = (simple_fill_us(a100, Proto.SIMPLE, n) for n in (1 << 20, 1 << 30, 1 << 33))
+    small, big, huge = (simple_fill_us(a100, Algo.RING, Proto.SIMPLE, n) for n in (1 << 20, 1 << 30, 1 << 33))
     assert 0 < small < big == huge
-    assert simple_fill_us(a100, Proto.LL, 1 << 30) == 0.0
+    assert simple_fill_us(a100, Algo.RING, Proto.LL, 1 << 30) == 0.0
+    assert simple_fill_us(a100, Algo.P2P, Proto.SIMPLE, 1 << 30) == 0.0  # one hop: no pipeline to fill

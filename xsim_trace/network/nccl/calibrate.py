@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from xsim_trace.cluster.model import Cluster, DeviceGroup, NcclTuning
 from xsim_trace.errors import ConfigError
-from xsim_trace.network.nccl.kinds import Proto
+from xsim_trace.network.nccl.kinds import Algo, Proto
 from xsim_trace.network.nccl.model import _price, algbw_GBps, latency_us, simple_fill_us
 from xsim_trace.network.nccl.nccltests import NcclTestsRun
 from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
@@ -299,17 +299,18 @@ _PROTO_ROUNDS = 8
 
 def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Proto, list[tuple[float, float, float, int]]]:
     """Per protocol, each row it is chosen for as (measured us, latency us without the protocol's own terms,
-    transfer us at the protocol's unscaled bandwidth, size bytes)."""
+    transfer us at the protocol's unscaled bandwidth, size bytes where a Simple fill applies, else 0)."""
     out: dict[Proto, list[tuple[float, float, float, int]]] = {p: [] for p in _PROTOS}
     for run in runs:
         s = run_shape(group, run)
         for r in run.rows:
             p = _price(s, run.collective, r.size_bytes, None, None)
             i = _PROTOS.index(p.proto)
-            own = s.proto_latency_us[i] + simple_fill_us(s, p.proto, r.size_bytes)
+            own = s.proto_latency_us[i] + simple_fill_us(s, p.algo, p.proto, r.size_bytes)
             lat = latency_us(s, run.collective, p.algo, p.proto, r.size_bytes) - own
             bw = algbw_GBps(s, run.collective, p.algo, p.proto, r.size_bytes) / s.proto_bw_scale[i]
-            out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes))
+            fills = p.algo is not Algo.P2P  # point-to-point pays no pipeline fill (model.simple_fill_us)
+            out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes if fills else 0))
     return out
 
 

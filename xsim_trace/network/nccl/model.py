@@ -232,13 +232,15 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
         lat = C.PAT_BASE_US + log_nodes * inter / C.PAT_LOG_DIVISOR + n * C.PAT_PER_RANK_US
     else:  # point-to-point: one hop
         lat += inter if s.multi_node else intra
-    return lat + s.latency_us + s.proto_latency_us[_PROTO_INDEX[proto]] + simple_fill_us(s, proto, size_bytes)
+    return lat + s.latency_us + s.proto_latency_us[_PROTO_INDEX[proto]] + simple_fill_us(s, algo, proto, size_bytes)
 
 
-def simple_fill_us(s: GroupShape, proto: Proto, size_bytes: int) -> float:
+def simple_fill_us(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> float:
     """Simple's pipeline fill: it grows with the chunk NCCL cuts a message into until the chunk reaches its
-    largest size (``simple_fill_bytes`` of message), then stays (measured or calibrated; 0 by default)."""
-    if proto is not SIMPLE or s.simple_fill_bytes <= 0:
+    largest size (``simple_fill_bytes`` of message), then stays (measured or calibrated; 0 by default).  A
+    collective algorithm pays it (the first chunk crosses every ring or tree stage); point-to-point (send/recv,
+    all-to-all) is one hop and does not."""
+    if proto is not SIMPLE or algo is Algo.P2P or s.simple_fill_bytes <= 0:
         return 0.0
     return s.simple_fill_us * min(1.0, size_bytes / s.simple_fill_bytes)
 
