@@ -192,3 +192,5 @@ def test_measured_constants_named_and_applied(a100):
     assert 0 < small < big == huge
     assert simple_fill_us(a100, Algo.RING, Proto.LL, 1 << 30) == 0.0
     assert simple_fill_us(a100, Algo.P2P, Proto.SIMPLE, 1 << 30) == 0.0  # one hop: no pipeline to fill
+    pair = group_shape(load_cluster("a100-node"), [0, 1])  # 1 stage where the 8-GPU node has 7
+    assert simple_fill_us(pair, Algo.RING, Proto.SIMPLE, 1 << 30) == pytest.approx(big / 7)

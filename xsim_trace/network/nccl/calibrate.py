@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from xsim_trace.cluster.model import Cluster, DeviceGroup, NcclTuning
 from xsim_trace.errors import ConfigError
 from xsim_trace.network.nccl.kinds import Algo, Proto
-from xsim_trace.network.nccl.model import _price, algbw_GBps, latency_us, simple_fill_us
+from xsim_trace.network.nccl.model import _price, algbw_GBps, fill_stages, latency_us, simple_fill_us
 from xsim_trace.network.nccl.nccltests import NcclTestsRun
 from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
 
@@ -297,10 +297,11 @@ _SCALE_RANGE = (0.3, 2.0)
 _PROTO_ROUNDS = 8
 
 
-def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Proto, list[tuple[float, float, float, int]]]:
+def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Proto, list[tuple[float, float, float, int, float]]]:
     """Per protocol, each row it is chosen for as (measured us, latency us without the protocol's own terms,
-    transfer us at the protocol's unscaled bandwidth, size bytes where a Simple fill applies, else 0)."""
-    out: dict[Proto, list[tuple[float, float, float, int]]] = {p: [] for p in _PROTOS}
+    transfer us at the protocol's unscaled bandwidth, size bytes, the share of a Simple fill it pays: 0 for
+    point-to-point, model.fill_stages otherwise)."""
+    out: dict[Proto, list[tuple[float, float, float, int, float]]] = {p: [] for p in _PROTOS}
     for run in runs:
         s = run_shape(group, run)
         for r in run.rows:
@@ -309,8 +310,8 @@ def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Pr
             own = s.proto_latency_us[i] + simple_fill_us(s, p.algo, p.proto, r.size_bytes)
             lat = latency_us(s, run.collective, p.algo, p.proto, r.size_bytes) - own
             bw = algbw_GBps(s, run.collective, p.algo, p.proto, r.size_bytes) / s.proto_bw_scale[i]
-            fills = p.algo is not Algo.P2P  # point-to-point pays no pipeline fill (model.simple_fill_us)
-            out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes if fills else 0))
+            share = 0.0 if p.algo is Algo.P2P else fill_stages(s)  # as model.simple_fill_us charges it
+            out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes, share))
     return out
 
 
@@ -361,14 +362,14 @@ def _sse(cols: list[list[float]], coef: list[float], y: list[float]) -> float:
 _FILL_SIZES = tuple(sorted({int(f * (1 << e)) for e in range(18, 35) for f in (1.0, 1.5)}))
 
 
-def _solve_protocol(rows: list[tuple[float, float, float, int]], with_fill: bool) -> tuple[float, float, float, float]:
+def _solve_protocol(rows: list[tuple[float, float, float, int, float]], with_fill: bool) -> tuple[float, float, float, float]:
     """(latency added, bandwidth factor, fill us, fill bytes) minimising the squared relative error of
     ``t = lat + d + x / k + fill x min(1, size / fill_bytes)``: linear least squares in ``d``, ``1/k`` and
     ``fill`` for each candidate ``fill_bytes``; terms the rows cannot pin down (or that come out unphysical:
     a bandwidth factor outside _SCALE_RANGE, a negative fill) are left out."""
-    y = [(m - lat) / m for m, lat, _, _ in rows]
-    a = [1.0 / m for m, _, _, _ in rows]
-    b = [x / m for m, _, x, _ in rows]
+    y = [(m - lat) / m for m, lat, _, _, _ in rows]
+    a = [1.0 / m for m, _, _, _, _ in rows]
+    b = [x / m for m, _, x, _, _ in rows]
     best: tuple[float, tuple[float, float, float, float]] | None = None
 
     def consider(cols: list[list[float]], make) -> None:
@@ -388,7 +389,7 @@ def _solve_protocol(rows: list[tuple[float, float, float, int]], with_fill: bool
 
     # the protocol's latency may shrink the modelled one by half at most: a fill or a steeper slope must not
     # buy a fit of large messages with a negative latency that small messages would then pay
-    floor = -0.5 * min(lat for _, lat, _, _ in rows)
+    floor = -0.5 * min(lat for _, lat, _, _, _ in rows)
 
     def latency_ok(d: float) -> bool:
         return d >= floor
@@ -399,7 +400,7 @@ def _solve_protocol(rows: list[tuple[float, float, float, int]], with_fill: bool
         consider([b], lambda c: (0.0, 1.0 / c[0], 0.0, 0.0) if physical(c[0]) else None)
     if with_fill and len(rows) >= 5:
         for size in _FILL_SIZES:
-            f = [min(1.0, sz / size) / m for (m, _, _, sz) in rows]
+            f = [share * min(1.0, sz / size) / m for (m, _, _, sz, share) in rows]
             consider([a, b, f], lambda c, size=size: (c[0], 1.0 / c[1], c[2], float(size))
                      if physical(c[1]) and c[2] > 0 and latency_ok(c[0]) else None)
             consider([b, f], lambda c, size=size: (0.0, 1.0 / c[0], c[1], float(size))

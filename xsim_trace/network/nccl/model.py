@@ -242,7 +242,19 @@ def simple_fill_us(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> 
     all-to-all) is one hop and does not."""
     if proto is not SIMPLE or algo is Algo.P2P or s.simple_fill_bytes <= 0:
         return 0.0
-    return s.simple_fill_us * min(1.0, size_bytes / s.simple_fill_bytes)
+    return fill_stages(s) * s.simple_fill_us * min(1.0, size_bytes / s.simple_fill_bytes)
+
+
+#: the fill is measured on 8-GPU nodes, whose pipelines have 7 intra-node stages
+_MEASURED_FILL_STAGES = 7
+
+
+def fill_stages(s: GroupShape) -> float:
+    """The group's pipeline stages relative to the 8-GPU nodes the fill was measured on: a chunk crosses
+    ``ranks per node - 1`` intra-node hops (plus the network on several nodes) before the pipe streams; never
+    more than measured (the measurements hold up to 4 nodes)."""
+    stages = (s.ranks_per_node - 1) + (1 if s.multi_node else 0)
+    return min(1.0, max(1, stages) / _MEASURED_FILL_STAGES)
 
 
 def _time_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:
