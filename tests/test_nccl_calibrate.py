@@ -232,3 +232,16 @@ def test_calibrate_bundled_log_same_run_target():
     run = parse_nccl_tests(Path(__file__).parent / "data" / "nccl_tests" / "all_gather_perf_old_format.log")
     cal = calibrate(load_cluster("v100-dgx1"), [run])
     assert cal.median_abs_error(1 << 20) < 0.03
+
+
+@pytest.mark.slow
+def test_every_measured_constant_refits_from_its_runs(tmp_path):
+    """Every constant nccl_links.yaml holds is what fit_constants gives on the runs it names (within 2%)."""
+    from xsim_trace.network.nccl.reference import fit_constants, measured_sets
+
+    presets = {"protocols.nvlink3": "a100-node", "protocols.nvlink4": "dgx-h100", "net_step_latency_us.ethernet": "gcp-a3-mega"}
+    for ms in measured_sets():
+        runs = [parse_nccl_tests(write_reference_log(tmp_path, r)) for r in ms.fitted_on]
+        fitted = fit_constants(load_cluster(presets[ms.key]), runs, [k for k in ms.params if k != "simple_fill_bytes"])
+        for key, value in zip(ms.params, ms.values):
+            assert fitted[key] == pytest.approx(value, rel=0.02), (ms.key, key)
