@@ -82,4 +82,6 @@ def test_replay_checks_and_retargets_in_the_device_file_catalog(files, tmp_path,
     assert main(["replay", str(prefix), "--cluster", "dgx-h100:1", "--no-plot", "--no-timeline",
                  "--out", str(tmp_path / "r2")]) == 0
     as_captured = json.loads((tmp_path / "r2" / "summary.json").read_text())["iteration_ns"]
-    assert retargeted > 1.2 * as_captured  # GEMMs rescaled to the user device's half bf16 rate
+    # GEMMs rescaled to the user device's half bf16 rate; the step also holds NCCL time (priced alike on both
+    # clusters), which dilutes the ratio: 1.199 with the measured Simple fill of nccl_links.yaml (work-a, #12)
+    assert retargeted > 1.15 * as_captured

@@ -143,3 +143,54 @@ def test_group_across_device_groups_runs_at_the_slowest():
     both = price_collective(s, "all_reduce", 1 << 30).time_ns
     only_h100 = price_collective(group_shape(c, [h100[0], h100[8]]), "all_reduce", 1 << 30).time_ns
     assert both > only_h100
+
+
+# Bands from physics and published specs (no measurement of the predicted case): the largest all-reduce of a
+# preset must land between what the wiring allows and what NCCL's own ceilings are.
+#   a100-node: 12 NVLink-3 links x 20 GB/s (NCCL's per-link figure), capped at 235 GB/s by NCCL for SM80; a ring
+#     all-reduce cannot beat that, and reaching less than 85% of it at 4 GiB would be a modelling error.
+#   dgx-h100 (1 node): NVLS is bounded by 480 GB/s bus bandwidth (8x H100 NVLS, nccl-tests#290's maintainer) and
+#     beats the NVLink-4 ring (18 x 20.6 = 371 GB/s).
+#   dgx-h100:4: NVLS-tree across 4 nodes moves half the buffer through the NICs per direction: 8 x 400 Gb/s
+#     per node bound the algorithm bandwidth at 2 x 50 x 8 / 2 = 200 GB/s.
+@pytest.mark.parametrize(
+    ("preset", "size", "lo_busbw", "hi_busbw"),
+    [("a100-node", 4 << 30, 0.85 * 235, 235.0), ("dgx-h100:1", 4 << 30, 371.0, 480.0),
+     ("dgx-h100:4", 8 << 30, 0.85 * 200 * 62 / 32, 200 * 62 / 32)],
+)
+def test_preset_large_all_reduce_within_physical_band(preset, size, lo_busbw, hi_busbw):
+    p = price_collective(group_shape(load_cluster(preset)), "all_reduce", size)
+    assert lo_busbw <= p.bus_bw_gbps <= hi_busbw
+
+
+def test_cluster_restricts_algorithms_and_protocols():
+    """gcp-a3-mega declares Google's TCPXO NCCL environment (NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, no NVLS)."""
+    s = group_shape(load_cluster("gcp-a3-mega:2"))
+    chosen = {(p.algo, p.proto) for p in (price_collective(s, "all_reduce", n) for n in SIZES)}
+    assert {proto for _, proto in chosen} == {Proto.SIMPLE}
+    assert {algo for algo, _ in chosen} <= {Algo.RING, Algo.TREE}
+    from xsim_trace.cluster import cluster_from_dict
+
+    d = load_cluster("dgx-h100:2").to_dict()
+    d["groups"][0]["nccl"] = {"protocols": ["LL"]}
+    assert price_collective(group_shape(cluster_from_dict(d)), "all_reduce", 1 << 30).proto is Proto.LL
+    d["groups"][0]["nccl"] = {"algorithms": ["ring", "bogus"]}
+    with pytest.raises(ConfigError, match="algorithms"):
+        cluster_from_dict(d)
+
+
+def test_measured_constants_named_and_applied(a100):
+    """The constants measured on public runs (nccl_links.yaml) name the runs they were fitted on, and the
+    preset uses them: Simple pays a pipeline fill that grows with the message and then stops growing."""
+    from xsim_trace.network.nccl.model import simple_fill_us
+    from xsim_trace.network.nccl.reference import measured_sets
+
+    keys = {m.key for m in measured_sets()}
+    assert {"protocols.nvlink3", "protocols.nvlink4", "net_step_latency_us.ethernet"} <= keys
+    assert all(m.fitted_on for m in measured_sets())
+    small, big, huge = (simple_fill_us(a100, Algo.RING, Proto.SIMPLE, n) for n in (1 << 20, 1 << 30, 1 << 33))
+    assert 0 < small < big == huge
+    assert simple_fill_us(a100, Algo.RING, Proto.LL, 1 << 30) == 0.0
+    assert simple_fill_us(a100, Algo.P2P, Proto.SIMPLE, 1 << 30) == 0.0  # one hop: no pipeline to fill
+    pair = group_shape(load_cluster("a100-node"), [0, 1])  # 1 stage where the 8-GPU node has 7
+    assert simple_fill_us(pair, Algo.RING, Proto.SIMPLE, 1 << 30) == pytest.approx(big / 7)

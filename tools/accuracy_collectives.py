@@ -3,11 +3,16 @@
 
 Every clean run of ../shared/reference/nccl_tests.csv (runs whose notes say FLAG or FAULTY are skipped and
 listed) is rebuilt as an nccl-tests log, read back by the parser (xsim_trace.network.nccl.nccltests) and
-predicted twice:
+predicted several ways:
 
-* preset: on the bundled cluster preset that matches its GPU and interconnect, uncalibrated;
+* preset: on the bundled cluster preset that matches its GPU and interconnect, uncalibrated.  The few model
+  constants measured on these public runs (nccl_links.yaml ``protocols`` and the Ethernet step latency, see
+  xsim_trace/network/nccl/reference.py) are refitted leave-one-run-out: a run is never predicted with a
+  constant fitted on it (the last column says which were refitted);
 * calibrated: on that preset after `xsim calibrate nccl-tests` on the OTHER runs of the same fabric
-  (cross-validated: the predicted run never takes part in its own fit); "-" where the fabric has no other run.
+  (cross-validated: the predicted run never takes part in its own fit); absent where the fabric has no other run;
+* self-cal: after `xsim calibrate nccl-tests` on this run itself (the issue's <= 3% at >= 1 MiB target);
+* from N nodes: calibrated on one run of the same fabric and collective at another node count (<= 5%).
 
 Per run and size band (< 64 KiB, 64 KiB - 16 MiB, >= 16 MiB) it prints the median and worst |error| of the
 out-of-place time.  nccl-tests' own launch cost when one process drives several GPUs (-g 8) is priced from the
@@ -19,7 +24,7 @@ one clock; the rank that arrived last at a kernel did not wait, so its kernel is
 Its all-to-alls are converted as per-peer send/recv: a chain of transfers with the schedule walk, one NCCL
 all-to-all (the model's) with the NCCL model.
 
-usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces]
+usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces] [--refit]
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from xsim_trace.cluster import load_cluster  # noqa: E402
+from xsim_trace.cluster import Cluster, load_cluster  # noqa: E402
 from xsim_trace.network.nccl import CollKind  # noqa: E402
 from xsim_trace.network.nccl.calibrate import calibrate, predict_rows  # noqa: E402
 from xsim_trace.network.nccl.nccltests import NcclTestsRun, parse_nccl_tests, render_log  # noqa: E402
+from xsim_trace.network.nccl.reference import NEUTRAL, fit_constants, measured_sets  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "nccl_tests.csv"
 BANDS = (("<64KiB", 0, 64 << 10), ("64KiB-16MiB", 64 << 10, 16 << 20), (">=16MiB", 16 << 20, 1 << 62))
@@ -101,29 +107,81 @@ def band_errors(rows) -> dict[str, tuple[float, float, int]]:
     return out
 
 
+def loo_cluster(ref: RefRun, runs: list[RefRun]) -> tuple[Cluster, str]:
+    """The run's preset, with every measured constant (nccl_links.yaml, fitted on public runs) that was fitted
+    on this run refitted without it (leave-one-run-out); a note of what was refitted."""
+    cluster = load_cluster(ref.preset)
+    by_id = {r.run_id: r for r in runs}
+    values: dict[str, float] = {}
+    notes = []
+    for ms in measured_sets():
+        if ref.run_id not in ms.fitted_on:
+            continue
+        others = [by_id[i] for i in ms.fitted_on if i != ref.run_id and i in by_id]
+        params = [k for k in ms.params if k != "simple_fill_bytes"]
+        if others:
+            values.update(fit_constants(load_cluster(others[0].preset), [o.run for o in others], params))
+            notes.append(f"{ms.key} refitted on {len(others)} other run(s)")
+        else:
+            values.update({k: NEUTRAL[k] for k in params if k in NEUTRAL})
+            notes.append(f"{ms.key} unmeasured")
+    if not values:
+        return cluster, "-"
+    g = cluster.groups[0]
+    g = dataclasses.replace(g, nccl=dataclasses.replace(g.nccl, **values))
+    return dataclasses.replace(cluster, groups=(g, *cluster.groups[1:])), "; ".join(notes)
+
+
+def refit(runs: list[RefRun]) -> None:
+    """Print every measured constant fitted on all its runs (the values nccl_links.yaml holds)."""
+    by_id = {r.run_id: r for r in runs}
+    for ms in measured_sets():
+        chosen = [by_id[i] for i in ms.fitted_on if i in by_id]
+        params = [k for k in ms.params if k != "simple_fill_bytes"]
+        fitted = fit_constants(load_cluster(chosen[0].preset), [o.run for o in chosen], params)
+        shipped = dict(zip(ms.params, ms.values))
+        print(f"{ms.key}: " + ", ".join(f"{k} = {v:.4g} (nccl_links.yaml: {shipped.get(k, float('nan')):.4g})"
+                                         for k, v in fitted.items()))
+
+
+def median_from(rows, min_size: int) -> float:
+    errs = [abs(r.error) for r in rows if r.size_bytes >= min_size]
+    return statistics.median(errs) if errs else float("nan")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reference", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--rows", action="store_true", help="also print every row")
     ap.add_argument("--no-traces", action="store_true", help="skip the shared-trace kernels")
+    ap.add_argument("--refit", action="store_true", help="print the measured constants fitted on all their runs")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         runs, skipped = load_runs(args.reference, Path(tmp))
+    if args.refit:
+        refit(runs)
+        return 0
     if skipped:
         print(f"# skipped (FLAG/FAULTY in notes): {', '.join(skipped)}")
     else:
         print("# skipped: none (no run's notes say FLAG or FAULTY)")
     head = f"{'run':<37} {'coll':<10} {'ranks':>5} {'mode':<11}"
-    print(head + "".join(f" {name + ' med/worst %':>24}" for name, _, _ in BANDS) + "  fitted on")
+    print(head + "".join(f" {name + ' med/worst %':>24}" for name, _, _ in BANDS) + f" {'>=1MiB med %':>13}  fitted on")
     summary: dict[str, list[float]] = defaultdict(list)
     for ref in runs:
-        cluster = load_cluster(ref.preset)
+        cluster, note = loo_cluster(ref, runs)
         others = [o for o in runs if o.fabric == ref.fabric and o.run_id != ref.run_id]
-        modes = [("preset", predict_rows(cluster.groups[0], [ref.run]), "-")]
-        if others:
-            cal = calibrate(cluster, [o.run for o in others])
+        modes = [("preset", predict_rows(cluster.groups[0], [ref.run]), f"measured constants: {note}")]
+        fits = [("calibrated", others), ("self-cal", [ref])]
+        # a log of one node count predicting another of the same fabric (the issue's <= 5% target)
+        fits += [(f"from {o.run.n_nodes} nodes", [o]) for o in others
+                 if o.run.n_nodes != ref.run.n_nodes and o.run.collective is ref.run.collective]
+        for label, fit_on in fits:
+            if not fit_on:
+                continue
+            cal = calibrate(cluster, [o.run for o in fit_on])
             fitted = dataclasses.replace(cluster.groups[0], nccl=cal.tuning)
-            modes.append(("calibrated", predict_rows(fitted, [ref.run]), ",".join(o.run_id for o in others)))
+            modes.append((label, predict_rows(fitted, [ref.run]), ",".join(o.run_id for o in fit_on)))
         for mode, rows, source in modes:
             bands = band_errors(rows)
             cells = []
@@ -134,14 +192,21 @@ def main(argv: list[str] | None = None) -> int:
                     summary[f"{mode} {name}"].append(med)
                 else:
                     cells.append(f"{'-':>19}")
+            mib = median_from(rows, 1 << 20)
+            summary[f"{mode} >=1MiB"].append(mib)
             print(f"{ref.run_id:<37} {ref.run.collective.value:<10} {ref.run.n_ranks:>5} {mode:<11}"
-                  + "".join(f" {c:>24}" for c in cells) + f"  {source}")
+                  + "".join(f" {c:>24}" for c in cells) + f" {100 * mib:>13.1f}  {source}")
             if args.rows:
                 for r in rows:
                     print(f"    {r.size_bytes:>12} {r.measured_us:>10.1f} {r.predicted_us:>10.1f} {100 * r.error:>+7.1f}% {r.algo}/{r.proto}")
-    print("# median over runs of the per-run median |error|:")
-    for key, values in summary.items():
-        print(f"#   {key:<24} {100 * statistics.median(values):5.1f}%  (worst run {100 * max(values):5.1f}%, {len(values)} runs)")
+    print("# median over runs of the per-run median |error| (runs within the issue's target / runs):")
+    targets = {"preset >=16MiB": 0.10, "preset <64KiB": 0.25, "preset 64KiB-16MiB": 0.25, "self-cal >=1MiB": 0.03,
+               "from 2 nodes >=1MiB": 0.05, "from 4 nodes >=1MiB": 0.05}
+    for key, values in sorted(summary.items()):
+        goal = targets.get(key)
+        met = f"  {sum(v <= goal for v in values)}/{len(values)} runs <= {100 * goal:.0f}%" if goal else ""
+        print(f"#   {key:<24} {100 * statistics.median(values):5.1f}%  (worst run {100 * max(values):5.1f}%, "
+              f"{len(values)} runs){met}")
     if not args.no_traces:
         trace_kernels()
     return 0

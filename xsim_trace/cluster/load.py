@@ -29,8 +29,17 @@ from xsim_trace.errors import ConfigError
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
 _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
 _NCCL_KEYS = {"net", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
-              "net_latency_us"}
+              "net_latency_us", "algorithms", "protocols", "ll_latency_us", "ll128_latency_us", "ll_bw_scale",
+              "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes"}
+#: optional NCCL tuning numbers: (key, smallest allowed value: None = any, 0.0 = non-negative, "positive")
+_NCCL_OPTIONAL: tuple[tuple[str, float | str | None], ...] = (
+    ("ll_latency_us", None), ("ll128_latency_us", None), ("simple_latency_us", None),
+    ("ll_bw_scale", "positive"), ("ll128_bw_scale", "positive"), ("simple_bw_scale", "positive"),
+    ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0))
 _NET_KINDS = ("ib", "roce", "ethernet")
+#: NCCL's algorithm and protocol names as a cluster file may restrict them (NCCL_ALGO / NCCL_PROTO)
+_NCCL_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain", "pat")
+_NCCL_PROTOS = ("LL", "LL128", "Simple")
 _INTRA_KEYS = {"kind", "bw_GBps", "latency_ns", "mesh"}
 _NIC_KEYS = {"count", "nic_gbps", "latency_ns"}
 _FABRIC_KEYS = {"kind", "latency_ns", "oversubscription", "nics_per_leaf", "spines"}
@@ -217,6 +226,30 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
     def bw(key: str) -> float | None:
         return None if d.get(key) is None else ctx.number(d[key], f"{f}.{key}", positive=True)
 
+    def names(key: str, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+        v = d.get(key)
+        if v is None:
+            return None
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not items:
+            raise ctx.err(f"{f}.{key}", f"expected a non-empty list of {', '.join(allowed)}, found {v!r}")
+        out = []
+        for item in items:
+            key_norm = str(item).strip().lower().replace("-", "_")
+            match = next((a for a in allowed if a.lower().replace("_", "") == key_norm.replace("_", "")), None)
+            if match is None:
+                raise ctx.err(f"{f}.{key}", f"expected one of {', '.join(allowed)}, found {item!r}")
+            out.append(match)
+        return tuple(sorted(set(out)))
+
+    def optional(key: str, least: float | str | None) -> float | None:
+        v = d.get(key)
+        if v is None:
+            return None
+        if least == "positive":
+            return ctx.number(v, f"{f}.{key}", positive=True)
+        return ctx.number(v, f"{f}.{key}", minimum=least)  # type: ignore[arg-type]
+
     nlat = d.get("net_latency_us")
     return NcclTuning(
         net=net,
@@ -226,8 +259,10 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
         net_bw_GBps=bw("net_bw_GBps"),
         nvls_bw_GBps=bw("nvls_bw_GBps"),
         latency_us=ctx.number(d.get("latency_us", 0.0), f + ".latency_us", minimum=None),
-        simple_latency_us=ctx.number(d.get("simple_latency_us", 0.0), f + ".simple_latency_us", minimum=None),
         net_latency_us=None if nlat is None else ctx.number(nlat, f + ".net_latency_us"),
+        algorithms=names("algorithms", _NCCL_ALGOS),
+        protocols=names("protocols", _NCCL_PROTOS),
+        **{key: optional(key, least) for key, least in _NCCL_OPTIONAL},
     )
 
 
@@ -240,8 +275,12 @@ def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
         out["collnet"] = True
     if t.latency_us:
         out["latency_us"] = t.latency_us
-    if t.simple_latency_us:
-        out["simple_latency_us"] = t.simple_latency_us
+    for key in ("algorithms", "protocols"):
+        if getattr(t, key) is not None:
+            out[key] = list(getattr(t, key))
+    for key, _ in _NCCL_OPTIONAL:
+        if getattr(t, key) is not None:
+            out[key] = getattr(t, key)
     return out
 
 

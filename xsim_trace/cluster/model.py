@@ -74,8 +74,18 @@ class NcclTuning:
     net_bw_GBps: float | None = None  # effective scale-out bandwidth per node (all NICs, per direction)
     nvls_bw_GBps: float | None = None  # NVLS all-reduce algorithm bandwidth per GPU
     latency_us: float = 0.0  # added to every collective (a fitted base latency)
-    simple_latency_us: float = 0.0  # added to Simple-protocol collectives (pipeline fill and flush, fitted)
+    simple_latency_us: float | None = None  # added to Simple-protocol collectives (pipeline fill and flush, fitted)
     net_latency_us: float | None = None  # extra latency per inter-node step
+    algorithms: tuple[str, ...] | None = None  # the algorithms NCCL may use (NCCL_ALGO); None: all it supports
+    protocols: tuple[str, ...] | None = None  # the protocols NCCL may use (NCCL_PROTO); None: all it supports
+    ll_latency_us: float | None = None  # added to LL-protocol collectives (fitted)
+    ll128_latency_us: float | None = None  # added to LL128-protocol collectives (fitted)
+    ll_bw_scale: float | None = None  # factor on the LL protocol's modelled bandwidth (fitted)
+    ll128_bw_scale: float | None = None  # factor on the LL128 protocol's modelled bandwidth (fitted)
+    simple_bw_scale: float | None = None  # factor on the Simple protocol's modelled bandwidth (fitted)
+    #: Simple-protocol pipeline fill: ``simple_fill_us x min(1, size / simple_fill_bytes)`` is added (fitted)
+    simple_fill_us: float | None = None
+    simple_fill_bytes: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

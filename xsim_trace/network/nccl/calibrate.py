@@ -18,12 +18,17 @@ from dataclasses import dataclass
 
 from xsim_trace.cluster.model import Cluster, DeviceGroup, NcclTuning
 from xsim_trace.errors import ConfigError
-from xsim_trace.network.nccl.model import _price
+from xsim_trace.network.nccl.kinds import Algo, Proto
+from xsim_trace.network.nccl.model import _price, algbw_GBps, fill_stages, latency_us, simple_fill_us
 from xsim_trace.network.nccl.nccltests import NcclTestsRun
 from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
 
-BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps")
-LAT_PARAMS = ("latency_us", "simple_latency_us", "net_latency_us")
+#: bandwidths and bandwidth factors: fitted in log space, within _BW_RANGE of their physical value
+BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale",
+             "simple_fill_bytes")
+LAT_PARAMS = ("latency_us", "ll_latency_us", "ll128_latency_us", "simple_latency_us", "net_latency_us")
+PROTO_PARAMS = ("ll_latency_us", "ll128_latency_us", "simple_latency_us", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale",
+                "simple_fill_us", "simple_fill_bytes")
 _ROUNDS = 4
 #: weight of the pull towards the uncalibrated value (per parameter, squared log ratio for bandwidths,
 #: squared (difference / 50 us) for latencies): a parameter the runs cannot see (the scale-out bandwidth of an
@@ -92,8 +97,19 @@ def _loss(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> float:
         s = run_shape(group, run)
         for r in run.rows:
             t = _price.__wrapped__(s, run.collective, r.size_bytes, None, None).time_ns / 1000.0
-            total += math.log(max(t, 1e-3) / r.time_us) ** 2
+            total += _rho(math.log(max(t, 1e-3) / r.time_us))
     return total
+
+
+#: scale of the robust loss (a relative error): rows within a few percent count almost quadratically, a row
+#: far off (a noisy measurement) only logarithmically, so the fit follows the bulk of the rows (the accuracy
+#: targets are medians)
+_ROBUST_SCALE = 0.03
+
+
+def _rho(err: float) -> float:
+    """Cauchy loss of one relative error."""
+    return math.log1p((err / _ROBUST_SCALE) ** 2)
 
 
 def _with(group: DeviceGroup, **tuning: float) -> DeviceGroup:
@@ -102,14 +118,32 @@ def _with(group: DeviceGroup, **tuning: float) -> DeviceGroup:
 
 def _free_params(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> list[str]:
     shapes = [run_shape(group, r) for r in runs]
-    names = ["latency_us", "simple_latency_us"]
+    names = ["latency_us", *PROTO_PARAMS]
     if any(s.ranks_per_node > 1 for s in shapes):
         names.append("intra_bw_GBps")
     if any(s.nvls_bw_GBps > 0 for s in shapes):
         names.append("nvls_bw_GBps")
     if any(s.multi_node for s in shapes):
         names += ["net_bw_GBps", "net_latency_us"]
-    return names
+    return [k for k in names if k not in ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps") or _visible(group, runs, k)]
+
+
+def _visible(group: DeviceGroup, runs: Sequence[NcclTestsRun], name: str) -> bool:
+    """Whether the runs see a link bandwidth: 5% less of it slows at least a quarter of the rows of 1 MiB and
+    more by 0.5%.  One they hardly depend on (the scale-out bandwidth of a 2-node NVLS-tree all-reduce that
+    NVLink bounds) keeps its physical value instead of absorbing what the others miss (and then
+    mispredicting another node count)."""
+    start = _start(group, runs)[name]
+    if start <= 0:
+        return False
+    slower = _with(group, **{name: start * 0.95})
+    pairs = [(a.predicted_us, b.predicted_us) for a, b in zip(predict_rows(group, runs), predict_rows(slower, runs))
+             if a.size_bytes >= _VISIBLE_MIN_BYTES]
+    changed = sum(b > a * 1.005 for a, b in pairs)
+    return bool(pairs) and changed >= 0.25 * len(pairs)
+
+
+_VISIBLE_MIN_BYTES = 1 << 20
 
 
 def _start(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[str, float]:
@@ -122,8 +156,11 @@ def _start(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[str, float]
         "net_bw_GBps": s.net_bw_GBps,
         "nvls_bw_GBps": nvls,
         "latency_us": group.nccl.latency_us,
-        "simple_latency_us": group.nccl.simple_latency_us,
         "net_latency_us": s.net_latency_us,
+        **{f"{p}_latency_us": s.proto_latency_us[i] for i, p in enumerate(("ll", "ll128", "simple"))},
+        **{f"{p}_bw_scale": s.proto_bw_scale[i] for i, p in enumerate(("ll", "ll128", "simple"))},
+        "simple_fill_us": s.simple_fill_us,
+        "simple_fill_bytes": group.nccl.simple_fill_bytes or s.simple_fill_bytes or _DEFAULT_FILL_BYTES,
     }
 
 
@@ -135,17 +172,21 @@ def _grid(name: str, value: float, span: float) -> list[float]:
 
 
 #: latencies that cannot go below 0 (the base latency may, a little: NCCL's base figures can exceed a fabric's)
-_NON_NEGATIVE = ("simple_latency_us", "net_latency_us")
+_NON_NEGATIVE = ("net_latency_us", "simple_fill_us")
 _MIN_BASE_LATENCY_US = -10.0
 #: a fitted bandwidth stays within these factors of the physical one: calibration finds the efficiency a
 #: fabric reaches, it cannot make a link several times slower (which would only absorb what other terms miss)
 _BW_RANGE = (0.4, 1.25)
+#: the message size at which Simple's fill stops growing is searched over a wide range of its start
+_FILL_BYTES_RANGE = (1.0 / 64.0, 64.0)
+_DEFAULT_FILL_BYTES = 64.0 * (1 << 20)
 _SIMPLEX_ITERATIONS = 400
 
 
 def _clamp(name: str, value: float, prior: float) -> float:
     if name in BW_PARAMS:
-        return min(max(value, prior * _BW_RANGE[0]), prior * _BW_RANGE[1]) if prior > 0 else value
+        lo, hi = _FILL_BYTES_RANGE if name == "simple_fill_bytes" else _BW_RANGE
+        return min(max(value, prior * lo), prior * hi) if prior > 0 else value
     if name in _NON_NEGATIVE:
         return max(0.0, value)
     return max(_MIN_BASE_LATENCY_US, value)
@@ -194,13 +235,18 @@ def _nelder_mead(f, x0: list[float], step: float = 0.3, iterations: int = _SIMPL
     return simplex[min(range(n + 1), key=lambda i: (values[i], i))]
 
 
-def calibrate(base: Cluster, runs: Sequence[NcclTestsRun]) -> Calibration:
+def calibrate(base: Cluster, runs: Sequence[NcclTestsRun], *, params: Sequence[str] | None = None) -> Calibration:
     """Fit the first device group of ``base`` to ``runs`` (nccl-tests tables of one fabric): a coarse
-    coordinate search over a grid, then a Nelder-Mead refinement of all parameters together."""
+    coordinate search over a grid, then a Nelder-Mead refinement of all parameters together.  ``params``
+    restricts the fit to those parameters (default: every one the runs can see)."""
     if not runs:
         raise ConfigError("expected at least one nccl-tests log, found none", field="LOG")
     group = base.groups[0]
     free = _free_params(group, runs)
+    if params is not None:
+        free = [k for k in params if k in free]
+    else:  # the per-protocol terms are fitted afterwards, in closed form (_fit_protocols)
+        free = [k for k in free if k not in PROTO_PARAMS]
     values = _start(group, runs)
     prior = dict(values)
 
@@ -237,8 +283,156 @@ def calibrate(base: Cluster, runs: Sequence[NcclTestsRun]) -> Calibration:
     at_bound = tuple(k for k in free if k in BW_PARAMS and prior[k] > 0
                      and any(math.isclose(values[k], prior[k] * f, rel_tol=1e-6) for f in _BW_RANGE))
     tuning = dataclasses.replace(group.nccl, **{k: round(values[k], 3) for k in free})
-    fitted = _with(group, **{k: getattr(tuning, k) for k in free})
+    if params is None:
+        tuning = _fit_protocols(group, tuning, runs)
+        free = free + [k for k in PROTO_PARAMS if getattr(tuning, k) is not None]
+    fitted = dataclasses.replace(group, nccl=tuning)
     return Calibration(tuning, tuple(free), tuple(predict_rows(fitted, runs)), at_bound)
+
+
+_PROTOS = (Proto.LL, Proto.LL128, Proto.SIMPLE)
+_PROTO_NAMES = ("ll", "ll128", "simple")
+#: a fitted per-protocol bandwidth factor stays within this range (of the model's bandwidth for the protocol)
+_SCALE_RANGE = (0.3, 2.0)
+_PROTO_ROUNDS = 8
+
+
+def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Proto, list[tuple[float, float, float, int, float]]]:
+    """Per protocol, each row it is chosen for as (measured us, latency us without the protocol's own terms,
+    transfer us at the protocol's unscaled bandwidth, size bytes, the share of a Simple fill it pays: 0 for
+    point-to-point, model.fill_stages otherwise)."""
+    out: dict[Proto, list[tuple[float, float, float, int, float]]] = {p: [] for p in _PROTOS}
+    for run in runs:
+        s = run_shape(group, run)
+        for r in run.rows:
+            p = _price(s, run.collective, r.size_bytes, None, None)
+            i = _PROTOS.index(p.proto)
+            own = s.proto_latency_us[i] + simple_fill_us(s, p.algo, p.proto, r.size_bytes)
+            lat = latency_us(s, run.collective, p.algo, p.proto, r.size_bytes) - own
+            bw = algbw_GBps(s, run.collective, p.algo, p.proto, r.size_bytes) / s.proto_bw_scale[i]
+            share = 0.0 if p.algo is Algo.P2P else fill_stages(s)  # as model.simple_fill_us charges it
+            out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes, share))
+    return out
+
+
+def _robust_fit(cols: list[list[float]], y: list[float]) -> list[float] | None:
+    """Coefficients minimising ``sum rho(sum_j c_j cols[j] - y)`` by iteratively reweighted least squares:
+    least absolute deviations first (a start that outliers do not drag), then the Cauchy loss (_rho)."""
+    w = [1.0] * len(y)
+    coef = None
+    for i in range(_IRLS_ROUNDS):
+        sw = [math.sqrt(v) for v in w]
+        coef = _least_squares([[c * s for c, s in zip(col, sw)] for col in cols], [v * s for v, s in zip(y, sw)])
+        if coef is None:
+            return None
+        res = [sum(c * col[k] for c, col in zip(coef, cols)) - y[k] for k in range(len(y))]
+        if i < _IRLS_ROUNDS // 2:
+            w = [1.0 / max(abs(r), 1e-4) for r in res]
+        else:
+            w = [1.0 / (1.0 + (r / _ROBUST_SCALE) ** 2) for r in res]
+    return coef
+
+
+_IRLS_ROUNDS = 40
+
+
+def _least_squares(cols: list[list[float]], y: list[float]) -> list[float] | None:
+    """Coefficients minimising ``|sum_j c_j cols[j] - y|^2`` (normal equations, Gaussian elimination)."""
+    n = len(cols)
+    a = [[sum(u * v for u, v in zip(cols[i], cols[j])) for j in range(n)] + [sum(u * v for u, v in zip(cols[i], y))]
+         for i in range(n)]
+    for i in range(n):
+        piv = max(range(i, n), key=lambda r: abs(a[r][i]))
+        if abs(a[piv][i]) < 1e-300:
+            return None
+        a[i], a[piv] = a[piv], a[i]
+        for r in range(n):
+            if r != i:
+                f = a[r][i] / a[i][i]
+                a[r] = [x - f * z for x, z in zip(a[r], a[i])]
+    return [a[i][n] / a[i][i] for i in range(n)]
+
+
+def _sse(cols: list[list[float]], coef: list[float], y: list[float]) -> float:
+    """Summed robust loss (_rho) of a fit's relative errors."""
+    return sum(_rho(sum(c * col[k] for c, col in zip(coef, cols)) - y[k]) for k in range(len(y)))
+
+
+#: candidate sizes at which Simple's pipeline fill stops growing: powers of two (and their 1.5x) 256 KiB-16 GiB
+_FILL_SIZES = tuple(sorted({int(f * (1 << e)) for e in range(18, 35) for f in (1.0, 1.5)}))
+
+
+def _solve_protocol(rows: list[tuple[float, float, float, int, float]], with_fill: bool) -> tuple[float, float, float, float]:
+    """(latency added, bandwidth factor, fill us, fill bytes) minimising the squared relative error of
+    ``t = lat + d + x / k + fill x min(1, size / fill_bytes)``: linear least squares in ``d``, ``1/k`` and
+    ``fill`` for each candidate ``fill_bytes``; terms the rows cannot pin down (or that come out unphysical:
+    a bandwidth factor outside _SCALE_RANGE, a negative fill) are left out."""
+    y = [(m - lat) / m for m, lat, _, _, _ in rows]
+    a = [1.0 / m for m, _, _, _, _ in rows]
+    b = [x / m for m, _, x, _, _ in rows]
+    best: tuple[float, tuple[float, float, float, float]] | None = None
+
+    def consider(cols: list[list[float]], make) -> None:
+        nonlocal best
+        coef = _robust_fit(cols, y)
+        if coef is None:
+            return
+        out = make(coef)
+        if out is None:
+            return
+        err = _sse(cols, coef, y)
+        if best is None or err < best[0] - 1e-15:
+            best = (err, out)
+
+    def physical(inv: float) -> bool:
+        return inv > 0 and _SCALE_RANGE[0] <= 1.0 / inv <= _SCALE_RANGE[1]
+
+    # the protocol's latency may shrink the modelled one by half at most: a fill or a steeper slope must not
+    # buy a fit of large messages with a negative latency that small messages would then pay
+    floor = -0.5 * min(lat for _, lat, _, _, _ in rows)
+
+    def latency_ok(d: float) -> bool:
+        return d >= floor
+
+    consider([a], lambda c: (c[0], 1.0, 0.0, 0.0) if latency_ok(c[0]) else None)
+    if len(rows) >= 3:
+        consider([a, b], lambda c: (c[0], 1.0 / c[1], 0.0, 0.0) if physical(c[1]) and latency_ok(c[0]) else None)
+        consider([b], lambda c: (0.0, 1.0 / c[0], 0.0, 0.0) if physical(c[0]) else None)
+    if with_fill and len(rows) >= 5:
+        for size in _FILL_SIZES:
+            f = [share * min(1.0, sz / size) / m for (m, _, _, sz, share) in rows]
+            consider([a, b, f], lambda c, size=size: (c[0], 1.0 / c[1], c[2], float(size))
+                     if physical(c[1]) and c[2] > 0 and latency_ok(c[0]) else None)
+            consider([b, f], lambda c, size=size: (0.0, 1.0 / c[0], c[1], float(size))
+                     if physical(c[0]) and c[1] > 0 else None)
+    if best is None:  # nothing physical: leave the protocol as modelled
+        return 0.0, 1.0, 0.0, 0.0
+    return best[1]
+
+
+def _fit_protocols(group: DeviceGroup, tuning: NcclTuning, runs: Sequence[NcclTestsRun]) -> NcclTuning:
+    """Fit each protocol's latency and bandwidth factor to the rows NCCL would run with it, in closed form;
+    the choice of protocol then moves with the fit, so repeat and keep the best (deterministic)."""
+    best, best_loss = tuning, _loss(dataclasses.replace(group, nccl=tuning), runs)
+    for _ in range(_PROTO_ROUNDS):
+        improved = False
+        for i, proto in enumerate(_PROTOS):  # one protocol at a time: a change is kept only if the fit improves
+            rows = _protocol_terms(dataclasses.replace(group, nccl=best), runs)[proto]
+            if not rows:
+                continue
+            d, k, fill, fill_bytes = _solve_protocol(rows, proto is Proto.SIMPLE)
+            changes: dict[str, float] = {f"{_PROTO_NAMES[i]}_latency_us": round(d, 3),
+                                         f"{_PROTO_NAMES[i]}_bw_scale": round(k, 4)}
+            if proto is Proto.SIMPLE:
+                changes["simple_fill_us"], changes["simple_fill_bytes"] = round(fill, 3), fill_bytes
+            trial = dataclasses.replace(best, **changes)
+            loss = _loss(dataclasses.replace(group, nccl=trial), runs)
+            if loss < best_loss - 1e-9:
+                best, best_loss, improved = trial, loss, True
+        if not improved:
+            break
+    return best
+
 
 
 def calibrated_cluster(base: Cluster, calibration: Calibration, *, nodes: int | None = None) -> dict:

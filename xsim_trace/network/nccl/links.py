@@ -21,6 +21,8 @@ class LinkTable:
     net_step_latency_us: dict[NetKind, float]
     p2p_efficiency: float
     launch_us_per_extra_gpu: float
+    #: per link generation, measured per-protocol defaults (``{ll128_bw_scale: ..., simple_latency_us: ...}``)
+    protocol_defaults: dict[LinkGen, dict[str, float]]
 
 
 @functools.cache
@@ -40,4 +42,6 @@ def link_table() -> LinkTable:
         net_step_latency_us={NetKind(k): float(v) for k, v in d["net_step_latency_us"].items()},
         p2p_efficiency=float(d["p2p_efficiency"]),
         launch_us_per_extra_gpu=float(d["launch_us_per_extra_gpu"]),
+        protocol_defaults={LinkGen(k): {n: float(x) for n, x in v.items() if n != "fitted_on"}
+                           for k, v in (d.get("protocols") or {}).items()},
     )

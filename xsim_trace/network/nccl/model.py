@@ -65,6 +65,16 @@ def _inter_steps(kind: CollKind, nodes: int) -> int:
 
 def candidates(s: GroupShape, kind: CollKind) -> list[tuple[Algo, Proto]]:
     """The (algorithm, protocol) pairs NCCL may use for ``kind`` on ``s``."""
+    out = _all_candidates(s, kind)
+    if s.algos is not None:
+        out = [(a, p) for a, p in out if a in s.algos or a is Algo.P2P]
+    if s.protos is not None:
+        out = [(a, p) for a, p in out if p in s.protos]
+    # NCCL falls back to the ring when the restrictions leave nothing for this collective
+    return out or [(Algo.P2P if kind in (P2P, A2A) else Algo.RING, SIMPLE)]
+
+
+def _all_candidates(s: GroupShape, kind: CollKind) -> list[tuple[Algo, Proto]]:
     ring_protos = [LL, LL128, SIMPLE] if s.link.is_nvlink else [LL, SIMPLE]
     if kind in (P2P, A2A):
         return [(Algo.P2P, LL), (Algo.P2P, SIMPLE)]
@@ -153,8 +163,15 @@ def _p2p_bw(s: GroupShape, kind: CollKind, proto: Proto) -> float:
     return bw / 4.0 if proto is LL else bw
 
 
+_PROTO_INDEX = {LL: 0, LL128: 1, SIMPLE: 2}
+
+
 def algbw_GBps(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:
     """Algorithm bandwidth (message bytes per second, GB/s) of ``algo``/``proto``."""
+    return _algbw(s, kind, algo, proto, size_bytes) * s.proto_bw_scale[_PROTO_INDEX[proto]]
+
+
+def _algbw(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:
     nch = _full_channels(s, algo)
     if algo is Algo.RING:
         return _ring_bw(s, kind, proto, nch)
@@ -215,7 +232,29 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
         lat = C.PAT_BASE_US + log_nodes * inter / C.PAT_LOG_DIVISOR + n * C.PAT_PER_RANK_US
     else:  # point-to-point: one hop
         lat += inter if s.multi_node else intra
-    return lat + s.latency_us + (s.simple_latency_us if proto is SIMPLE else 0.0)
+    return lat + s.latency_us + s.proto_latency_us[_PROTO_INDEX[proto]] + simple_fill_us(s, algo, proto, size_bytes)
+
+
+def simple_fill_us(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> float:
+    """Simple's pipeline fill: it grows with the chunk NCCL cuts a message into until the chunk reaches its
+    largest size (``simple_fill_bytes`` of message), then stays (measured or calibrated; 0 by default).  A
+    collective algorithm pays it (the first chunk crosses every ring or tree stage); point-to-point (send/recv,
+    all-to-all) is one hop and does not."""
+    if proto is not SIMPLE or algo is Algo.P2P or s.simple_fill_bytes <= 0:
+        return 0.0
+    return fill_stages(s) * s.simple_fill_us * min(1.0, size_bytes / s.simple_fill_bytes)
+
+
+#: the fill is measured on 8-GPU nodes, whose pipelines have 7 intra-node stages
+_MEASURED_FILL_STAGES = 7
+
+
+def fill_stages(s: GroupShape) -> float:
+    """The group's pipeline stages relative to the 8-GPU nodes the fill was measured on: a chunk crosses
+    ``ranks per node - 1`` intra-node hops (plus the network on several nodes) before the pipe streams; never
+    more than measured (the measurements hold up to 4 nodes)."""
+    stages = (s.ranks_per_node - 1) + (1 if s.multi_node else 0)
+    return min(1.0, max(1, stages) / _MEASURED_FILL_STAGES)
 
 
 def _time_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:

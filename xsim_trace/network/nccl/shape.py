@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from xsim_trace.cluster.model import Cluster, DeviceGroup, IntraKind
 from xsim_trace.errors import ConfigError
-from xsim_trace.network.nccl.kinds import LinkGen, NetKind
+from xsim_trace.network.nccl.kinds import Algo, LinkGen, NetKind, Proto
 from xsim_trace.network.nccl.links import link_table
 
 _ARCH_LINK = {"volta": LinkGen.NVLINK2, "ampere": LinkGen.NVLINK3, "hopper": LinkGen.NVLINK4, "blackwell": LinkGen.NVLINK5}
@@ -40,7 +40,15 @@ class GroupShape:
     collnet: bool = False
     latency_us: float = 0.0  # added to every collective (calibrated base latency, host launch cost)
     net_latency_us: float = 0.0  # extra latency per inter-node step
-    simple_latency_us: float = 0.0  # added to Simple-protocol collectives (calibrated pipeline fill / flush)
+    #: per protocol (LL, LL128, Simple): latency added to every collective that uses it, and a factor on its
+    #: modelled bandwidth (measured per link generation in nccl_links.yaml, or calibrated)
+    proto_latency_us: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    proto_bw_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    #: Simple's pipeline fill: ``simple_fill_us x min(1, size / simple_fill_bytes)`` (0: none)
+    simple_fill_us: float = 0.0
+    simple_fill_bytes: float = 0.0
+    algos: tuple[Algo, ...] | None = None  # the algorithms NCCL may use (NCCL_ALGO); None: every one it supports
+    protos: tuple[Proto, ...] | None = None  # the protocols NCCL may use (NCCL_PROTO)
     _hash: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +152,34 @@ def _nvls_bw(g: DeviceGroup, link: LinkGen, arch: str) -> float:
     return g.nccl.nvls_bw_GBps or link_table().nvls_algbw_GBps.get(link, 0.0)
 
 
+_PROTO_KEYS = (("ll", Proto.LL), ("ll128", Proto.LL128), ("simple", Proto.SIMPLE))
+
+
+def _fill(g: DeviceGroup, link: LinkGen) -> tuple[float, float]:
+    defaults = link_table().protocol_defaults.get(link, {})
+    us = g.nccl.simple_fill_us if g.nccl.simple_fill_us is not None else defaults.get("simple_fill_us", 0.0)
+    size = g.nccl.simple_fill_bytes if g.nccl.simple_fill_bytes is not None else defaults.get("simple_fill_bytes", 0.0)
+    return (us, size) if us and size > 0 else (0.0, 0.0)
+
+
+def _proto_tuning(g: DeviceGroup, link: LinkGen) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """Per-protocol (latency added, bandwidth factor): the group's ``nccl:`` values where set, else the link
+    generation's measured defaults (nccl_links.yaml ``protocols``)."""
+    defaults = link_table().protocol_defaults.get(link, {})
+    lat, scale = [], []
+    for key, _ in _PROTO_KEYS:
+        own_lat, own_scale = getattr(g.nccl, f"{key}_latency_us"), getattr(g.nccl, f"{key}_bw_scale")
+        lat.append(own_lat if own_lat is not None else defaults.get(f"{key}_latency_us", 0.0))
+        scale.append(own_scale if own_scale is not None else defaults.get(f"{key}_bw_scale", 1.0))
+    return (lat[0], lat[1], lat[2]), (scale[0], scale[1], scale[2])
+
+
+def _allowed(names: tuple[str, ...] | None, enum: type) -> tuple | None:
+    if names is None:
+        return None
+    return tuple(sorted({enum.parse(n, field="nccl") for n in names}, key=lambda m: m.value))
+
+
 def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: int) -> GroupShape:
     """The shape of ``n_ranks`` ranks of one device group laid out on ``n_nodes`` nodes."""
     arch = _arch_of(g)
@@ -151,6 +187,8 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
     arch = arch or _LINK_ARCH.get(link, "ampere")
     net = NetKind(g.nccl.net)
     t = link_table()
+    proto_lat, proto_scale = _proto_tuning(g, link)
+    fill_us, fill_bytes = _fill(g, link)
     return GroupShape(
         n_ranks=n_ranks,
         n_nodes=n_nodes,
@@ -164,7 +202,12 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         nvls_bw_GBps=_nvls_bw(g, link, arch) if ranks_per_node > 1 else 0.0,
         collnet=g.nccl.collnet and n_nodes > 1,
         latency_us=g.nccl.latency_us,
-        simple_latency_us=g.nccl.simple_latency_us,
+        proto_latency_us=proto_lat,
+        proto_bw_scale=proto_scale,
+        simple_fill_us=fill_us,
+        simple_fill_bytes=fill_bytes,
+        algos=_allowed(g.nccl.algorithms, Algo),
+        protos=_allowed(g.nccl.protocols, Proto),
         net_latency_us=g.nccl.net_latency_us if g.nccl.net_latency_us is not None else t.net_step_latency_us[net],
     )
 
@@ -188,7 +231,10 @@ def _group_shape(cluster: Cluster, ranks: tuple[int, ...]) -> GroupShape:
         nvls_bw_GBps=min(s.nvls_bw_GBps for s in shapes),
         collnet=all(s.collnet for s in shapes),
         latency_us=max(s.latency_us for s in shapes),
-        simple_latency_us=max(s.simple_latency_us for s in shapes),
+        proto_latency_us=tuple(max(v) for v in zip(*(s.proto_latency_us for s in shapes))),
+        proto_bw_scale=tuple(min(v) for v in zip(*(s.proto_bw_scale for s in shapes))),
+        simple_fill_us=max(s.simple_fill_us for s in shapes),
+        simple_fill_bytes=max(s.simple_fill_bytes for s in shapes),
         net_latency_us=max(s.net_latency_us for s in shapes),
     )
 
