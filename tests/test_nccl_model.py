@@ -43,6 +43,18 @@ def test_subgroup_shape():
     assert tp.n_nodes == 1 and tp.net_bw_GBps == 0.0
 
 
+def test_a_group_reaches_only_its_gpus_rails():
+    """A DP group of a TP8 run (one GPU per node) drives that GPU's own NIC, not the node's eight: its
+    1 GiB all-reduce runs at one 400 Gb/s rail's bus bandwidth; two GPUs per node reach two rails."""
+    c = load_cluster("dgx-h100:2")
+    one = group_shape(c, [0, 8])
+    assert (one.nics_per_node, one.net_bw_GBps) == (1, pytest.approx(50 * 0.96))
+    two = group_shape(c, [0, 1, 8, 9])
+    assert (two.nics_per_node, two.net_bw_GBps) == (2, pytest.approx(2 * 50 * 0.96))
+    price = price_collective(one, CollKind.ALL_REDUCE, 1 << 30)
+    assert 40.0 < price.bus_bw_gbps <= 50 * 0.96
+
+
 @pytest.mark.parametrize("kind", list(CollKind))
 def test_time_monotone_in_size(kind, a100, h100x4):
     for s in (a100, h100x4):

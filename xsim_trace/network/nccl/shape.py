@@ -143,6 +143,16 @@ def net_bw_GBps(g: DeviceGroup) -> float:
     return g.nic.count * g.nic.bw_GBps * link_table().net_efficiency[NetKind(g.nccl.net)]
 
 
+def _nics_reached(g: DeviceGroup, ranks_per_node: int) -> int:
+    """The NICs of a node that a communicator with ``ranks_per_node`` GPUs there drives: each GPU its own
+    rail (its nearest NICs, ``nics / GPUs`` of them), so a group of one GPU per node (a DP group of a TP
+    run) reaches one rail, not the node's aggregate; the other rails carry the other GPUs' groups."""
+    if g.nic is None:
+        return 0
+    per_gpu = g.nic.count / max(1, g.devices_per_node)
+    return max(1, min(g.nic.count, math.ceil(ranks_per_node * per_gpu - 1e-9)))
+
+
 def _nvls_bw(g: DeviceGroup, link: LinkGen, arch: str) -> float:
     enabled = g.nccl.nvls
     if enabled is None:
@@ -197,8 +207,9 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         link=link,
         intra_bw_GBps=intra_bw_GBps(g, link),
         net=net,
-        nics_per_node=g.nic.count if g.nic else 0,
-        net_bw_GBps=net_bw_GBps(g) if n_nodes > 1 else 0.0,
+        nics_per_node=_nics_reached(g, ranks_per_node),
+        net_bw_GBps=net_bw_GBps(g) * _nics_reached(g, ranks_per_node) / g.nic.count if n_nodes > 1 and g.nic else
+        (net_bw_GBps(g) if n_nodes > 1 else 0.0),
         nvls_bw_GBps=_nvls_bw(g, link, arch) if ranks_per_node > 1 else 0.0,
         collnet=g.nccl.collnet and n_nodes > 1,
         latency_us=g.nccl.latency_us,
