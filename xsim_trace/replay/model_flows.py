@@ -5,7 +5,8 @@ links are really shared.
 A collective priced ``T = latency + T_bw`` by :class:`~xsim_trace.network.nccl.pricer.NcclPricer`
 (NCCL's algorithm, protocol, channels, per-protocol bandwidth) becomes one flow per edge of the
 group's ring (member i -> member i+1, as NCCL's ring moves data; for an all-to-all, one flow per
-ordered pair; for a broadcast / reduce, the chain from / to the root).  Each flow carries the bytes
+ordered pair, in NCCL's point-to-point rounds: see :func:`p2p_rounds`; for a broadcast / reduce, the
+chain from / to the root).  Each flow carries the bytes
 its edge moves at its uncontended rate in ``T_bw`` (the rate of the whole edge set running together,
 endpoint ports shared, as ``analytical`` prices a batch), so that alone in the network every flow's
 transmission takes ``T_bw`` and the collective ends at ``start + latency + T_bw``, the analytical
@@ -19,7 +20,7 @@ where the backend declares it, else the path latency), plus ``latency``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,11 +50,38 @@ class LoweredCollective:
     proto: str
 
 
-def edges(comm_type: int, order: Sequence[int], root: int) -> list[tuple[int, int]]:
-    """The (src, dst) rank pairs a collective's data crosses, NCCL-style, over ``order`` (ring order)."""
+def p2p_rounds(order: Sequence[int], node_of: Callable[[int], int] | None = None) -> list[tuple[int, int]]:
+    """Every ordered pair of ``order``'s ranks, round by round as NCCL schedules a group's sends (an
+    all-to-all): in round (node delta ``dn``, local delta ``dl``) the rank at local index ``l`` of node
+    ``k`` sends to local index ``l + dl`` of node ``k + dn``, so in each round every rank sends to one
+    peer and receives from one.  Started in this order, the flows that share a port (a GPU's NIC or
+    NVLink port) queue there in the same round order on every rank, and no two of one round meet at a
+    receiver; grouped by sender instead, every sender's first cross-node flow would go to the same
+    rank.  Without ``node_of`` the group is one node (rank i sends to i + d in round d)."""
+    nodes: dict[int, list[int]] = {}
+    for r in order:
+        nodes.setdefault(node_of(r) if node_of is not None else 0, []).append(r)
+    groups = list(nodes.values())
+    where = {r: (k, i) for k, g in enumerate(groups) for i, r in enumerate(g)}
+    width = max(len(g) for g in groups)
+    pairs = []
+    for dn in range(len(groups)):
+        for dl in range(width):
+            for r in order:
+                k, i = where[r]
+                peer = groups[(k + dn) % len(groups)]
+                if dl < len(peer) and (dn or dl):
+                    pairs.append((r, peer[(i + dl) % len(peer)]))
+    return pairs
+
+
+def edges(comm_type: int, order: Sequence[int], root: int,
+          node_of: Callable[[int], int] | None = None) -> list[tuple[int, int]]:
+    """The (src, dst) rank pairs a collective's data crosses, NCCL-style, over ``order`` (ring order), in
+    the order NCCL starts them."""
     n = len(order)
     if comm_type == T.ALL_TO_ALL:
-        return [(a, b) for a in order for b in order if a != b]
+        return p2p_rounds(order, node_of)
     ring = [(order[i], order[(i + 1) % n]) for i in range(n)]
     if comm_type in (T.BROADCAST, T.SCATTER):  # the chain from the root: no edge back into it
         return [e for e in ring if e[1] != root]
@@ -92,7 +120,8 @@ class ModelPacedFlows:
     def _lower(self, inst: CollectiveInstance, members: Sequence[int]) -> LoweredCollective:
         price = self.pricer.price(inst.comm_type, members, inst.size_bytes)
         order = [members[p] for p in inst.ring] if inst.ring is not None else list(members)
-        pairs = edges(inst.comm_type, order, members[inst.root] if 0 <= inst.root < len(members) else members[0])
+        pairs = edges(inst.comm_type, order, members[inst.root] if 0 <= inst.root < len(members) else members[0],
+                      self.pricer.cluster.node_of)
         size = BARRIER_BYTES if inst.comm_type == T.BARRIER else inst.size_bytes
         kind = KIND_OF.get(inst.comm_type, CollKind.ALL_REDUCE)
         lat_us = latency_us(group_shape(self.pricer.cluster, tuple(members)), kind, price.algo, price.proto, size) if price.time_ns > 0 else 0.0
