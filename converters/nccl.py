@@ -19,15 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from xsim_trace.graph.bounds import MAX_SIZE_BYTES, MAX_WORLD_SIZE
 from xsim_trace.graph.kinds import CollectiveType
-from xsim_trace.nccl_names import (  # noqa: F401 - DTYPE_BYTES, is_nccl_kernel: re-exported for the converter
-    COLLECTIVE_BY_NAME,
-    DTYPE_BYTES,
-    RECV_NAMES,
-    SEND_NAMES,
-    dtype_bytes,
-    is_nccl_kernel,
-    normalise,
-)
+from xsim_trace.nccl_names import COLLECTIVE_BY_NAME, RECV_NAMES, SEND_NAMES, dtype_bytes, normalise
 from xsim_trace.nccl_names import parse_kernel_name as parse_nccl_kernel
 
 

@@ -92,6 +92,7 @@ def collective_of(name: str) -> CollectiveType | None:
 
 
 def is_nccl_kernel(name: str) -> bool:
+    """Whether a device event's name is an NCCL kernel (the converters and validation both ask this)."""
     return name.startswith(("ncclKernel", "ncclDevKernel", "nccl::", "ncclSendRecv")) or "nccl" in name[:24].lower()
 
 
