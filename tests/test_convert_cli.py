@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from xsim_trace.io import read_rank_set
 sys.path.insert(0, str(Path(__file__).parent))
 from convert_helpers import DLRM_ET, DLRM_KINETO, TEXT, need  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def test_convert_kineto_tarball(tmp_path, capsys):
     out = tmp_path / "dlrm"
@@ -21,6 +24,9 @@ def test_convert_kineto_tarball(tmp_path, capsys):
     text = captured.out
     assert captured.err == ""  # -q: only errors (the result summary stays on stdout)
     assert "rank 7:" in text and "ALL_REDUCE x3, ALL_TO_ALL x5" in text and "ProfilerStep#10 12.509 ms" in text
+    # docs/convert.md shows this run's output: its lines (node counts included) must be what it prints
+    shown = re.findall(r"^rank \d+: \d+ nodes, .*$", (REPO / "docs" / "convert.md").read_text(), re.MULTILINE)
+    assert shown and all(line in text.splitlines() for line in shown)
     rs = read_rank_set(out)
     assert rs.ranks == list(range(8)) and check_rank_set(rs.traces, rs.comm_groups) == []
     assert json.loads((tmp_path / "dlrm.comm_groups.json").read_text()) == {}  # world "0" needs no entry

@@ -8,7 +8,7 @@ Workloads (on a preset cluster, default dgx-h100:128 = 1,024 ranks on a leaf/spi
             starts when the previous one has finished
   incast    --incast senders to rank 0 at once
 
-Usage: .venv/bin/python tools/bench_backends.py [--cluster dgx-h100:128] [--backends analytical,flow]
+Usage: python tools/bench_backends.py [--cluster dgx-h100:128] [--backends analytical,flow]
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ share links.  Each backend runs the same flows through the protocol (start_flow 
 and the table also shows the cost per simulated MB.  ``setup s`` is building the backend (for
 ns3: starting the worker process and importing NS-3 the first time, then a fork per session).
 
-    .venv/bin/python tools/bench_flow_cost.py                  # all available backends
-    .venv/bin/python tools/bench_flow_cost.py --backend flow --flows 20000
+    python tools/bench_flow_cost.py                  # all available backends
+    python tools/bench_flow_cost.py --backend flow --flows 20000
 """
 
 from __future__ import annotations

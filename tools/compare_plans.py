@@ -2,8 +2,8 @@
 """Mixed H100 + A100 Llama-2-7B example: the three resharding strategies and uniform vs
 throughput-proportional (non-uniform) partitioning, rewritten and replayed, in one table.
 
-    .venv/bin/python tools/compare_plans.py                 # the pipeline plan, 3 strategies x 2 partitions
-    .venv/bin/python tools/compare_plans.py --all --markdown # every plan in traces/plans/
+    python tools/compare_plans.py                 # the pipeline plan, 3 strategies x 2 partitions
+    python tools/compare_plans.py --all --markdown # every plan in traces/plans/
 
 Templates come from the plans' model timed by the device catalog (the workload generator's ops) or
 from a captured trace (--source PREFIX --device NAME --tp N).  The replay is the event-driven engine
