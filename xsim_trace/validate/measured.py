@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
+from xsim_trace.graph.bounds import MAX_WORLD_SIZE
 from xsim_trace.nccl_names import (
     P2P_KERNEL_NAMES,
     RECV_NAMES,
     SEND_NAMES,
+    arg_count,
     collective_of,
     dtype_bytes,
     normalise,
@@ -146,14 +148,9 @@ def _parse_nccl_name(name: str) -> tuple[str, str, str]:
 
 
 def _nelems_bytes(args: Mapping, key: str, dtype: str | None) -> int | None:
-    n = args.get(key)
+    n = arg_count(args, key)
     width = dtype_bytes(dtype)
-    if n is None or width is None:
-        return None
-    try:
-        return int(n) * width
-    except (TypeError, ValueError, OverflowError):
-        return None
+    return n * width if n is not None and width is not None else None
 
 
 def nccl_kernel(ordinal: int, ev: Event, launch_ns: int | None) -> NcclKernel:
@@ -164,7 +161,6 @@ def nccl_kernel(ordinal: int, ev: Event, launch_ns: int | None) -> NcclKernel:
     if isinstance(named, str) and collective_label(named) is not None:
         coll = collective_label(named)
     dtype = args.get("dtype") if isinstance(args.get("dtype"), str) else None
-    group = args.get("Group size")
     pg = args.get("Process Group Name")
     return NcclKernel(
         ordinal=ordinal,
@@ -179,7 +175,7 @@ def nccl_kernel(ordinal: int, ev: Event, launch_ns: int | None) -> NcclKernel:
         size_bytes=_nelems_bytes(args, "In msg nelems", dtype),
         out_size_bytes=_nelems_bytes(args, "Out msg nelems", dtype),
         dtype=dtype,
-        group_size=int(group) if isinstance(group, (int, float)) else None,
+        group_size=arg_count(args, "Group size", MAX_WORLD_SIZE),
         pg_name=str(pg) if pg is not None else None,
     )
 
