@@ -1,6 +1,7 @@
 """Issue 15, deliverable 1: `xsim trace check` catches everything replay would refuse.  For hostile
-copies of real .et seeds (tests/fuzz_mutate.py): when compiling and replaying the set raises an
-XsimError, `xsim trace check` on the same files exits non-zero (1: problems, 2: unreadable), never 0.
+copies of real .et seeds (tests/fuzz_mutate.py), alone or as rank 0 beside an intact rank 1 (damage
+that only shows across ranks): when compiling and replaying the set raises an XsimError, `xsim trace
+check` on the same files exits non-zero (1: problems, 2: unreadable), never 0.
 
 The default suite runs CHECK_EXAMPLES derandomised cases; ``-m slow`` runs XSIM_FUZZ_EXAMPLES (default
 10,000) random ones.
@@ -53,10 +54,38 @@ def _check_exit(prefix: str) -> int:
         return main(["-q", "trace", "check", prefix])
 
 
-def _one_case(data: bytes) -> str:
+def pair_seed() -> dict[int, bytes]:
+    """A two-rank set (all-reduce over the world, then a send / recv exchange) for cross-rank damage."""
+    from xsim_trace.graph.kinds import CollectiveType, NodeType
+    from xsim_trace.graph.model import Trace, make_metadata, make_node
+    from xsim_trace.io import write_et
+
+    out = {}
+    for rank in (0, 1):
+        peer = 1 - rank
+        nodes = (
+            make_node(1, "gemm", NodeType.COMP, duration_micros=10 + rank, stream=7),
+            make_node(2, "ar", NodeType.COMM_COLL, data_deps=[1], comm_type=int(CollectiveType.ALL_REDUCE),
+                      comm_size=1 << 20, stream=40, pg_name="0"),
+            make_node(3, "send", NodeType.COMM_SEND, ctrl_deps=[2], comm_size=4096, comm_src=rank, comm_dst=peer,
+                      comm_tag=5),
+            make_node(4, "recv", NodeType.COMM_RECV, ctrl_deps=[2], comm_size=4096, comm_src=peer, comm_dst=rank,
+                      comm_tag=5),
+            make_node(5, "cpu", NodeType.COMP, data_deps=[3, 4], duration_micros=3, is_cpu_op=True, tid=11),
+        )
+        buf = io.BytesIO()
+        write_et(buf, Trace(make_metadata(), nodes, rank=rank))
+        out[rank] = buf.getvalue()
+    return out
+
+
+def _one_case(data: bytes, others: dict[int, bytes] | None = None) -> str:
+    """``data`` as rank 0's file, beside intact ``others`` (rank -> file)."""
     folder = Path(tempfile.mkdtemp(prefix="xsim-fuzz-check-"))
     try:
         (folder / "run.0.et").write_bytes(data)
+        for rank, other in (others or {}).items():
+            (folder / f"run.{rank}.et").write_bytes(other)
         prefix = str(folder / "run")
         refusal = _replay_refusal(prefix)
         rc = _check_exit(prefix)
@@ -70,7 +99,8 @@ def _one_case(data: bytes) -> str:
 
 
 def _property(examples: int, derandomize: bool) -> dict[str, int]:
-    seeds = et_seeds()
+    pair = pair_seed()
+    seeds = [(name, data, None) for name, data in et_seeds()] + [("pair.0.et", pair[0], {1: pair[1]})]
     counts = _COUNTS if derandomize else {}
     phases = list(Phase) if derandomize else [Phase.explicit, Phase.generate]
 
@@ -78,12 +108,17 @@ def _property(examples: int, derandomize: bool) -> dict[str, int]:
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def check(data):
-        _name, seed = data.draw(st.sampled_from(seeds))
-        outcome = _one_case(data.draw(hostile_file("et", seed)))
+        _name, seed, others = data.draw(st.sampled_from(seeds))
+        outcome = _one_case(data.draw(hostile_file("et", seed)), others)
         counts[outcome] = counts.get(outcome, 0) + 1
 
     check()
     return counts
+
+
+def test_the_pair_seed_is_clean():
+    pair = pair_seed()
+    assert _one_case(pair[0], {1: pair[1]}) == "replayed"
 
 
 def test_trace_check_refuses_what_replay_refuses():
