@@ -156,7 +156,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"           {len(rs.traces)} ranks, {nodes:,} nodes, on {cluster.name} ({cluster.num_ranks} GPUs) with the "
               f"{backend.name} backend, {settings.chunks} chunk(s) / {settings.in_flight} in flight per collective\n")
         result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=getattr(args, "quiet", False),
-                            drop_missing_deps=args.drop_missing_deps)
+                            drop_missing_deps=args.drop_missing_deps, fold=not args.no_fold)
         paths = write_reports(result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
                               trace=shown_prefix, cluster=cluster.name)
         measured = [t.measured_step_ns for t in rs.traces.values() if t.measured_step_ns]

@@ -40,6 +40,9 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--absent-peers", choices=("mirror", "skew"), default="mirror",
                    help="ranks missing from the set (a single-rank capture): each mirrors the nearest captured rank "
                         "below it (default mirror); skew also starts each rank at its captured step-start offset")
+    p.add_argument("--no-fold", action="store_true",
+                   help="simulate every rank, also ranks equivalent to another (by default the compiled closed-form "
+                        "path simulates one rank per class of equivalent ranks and copies its times: exact)")
     p.add_argument("--no-timeline", action="store_true", help="skip timeline.json")
     p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
 
@@ -99,18 +102,19 @@ def network_for(cluster_spec, backend_name: str):
     return cluster, make_backend(backend_name, build_topology(cluster))
 
 
-def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False):
+def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False,
+               fold: bool = True):
     from xsim_trace.replay.api import compile_checked
 
     workload = compile_checked(traces, comm_groups, drop_missing_deps=drop_missing_deps)
-    return run_compiled(workload, cluster, backend, settings, quiet=quiet)
+    return run_compiled(workload, cluster, backend, settings, quiet=quiet, fold=fold)
 
 
-def run_compiled(workload, cluster, backend, settings, *, quiet: bool):
+def run_compiled(workload, cluster, backend, settings, *, quiet: bool, fold: bool = True):
     from xsim_trace.replay import replay_compiled
 
     with progress_bar(workload.num_nodes, "replay", quiet=quiet) as bar:
-        return replay_compiled(workload, backend, settings, cluster=cluster, progress=bar.update)
+        return replay_compiled(workload, backend, settings, cluster=cluster, progress=bar.update, fold=fold)
 
 
 def print_outputs(result, paths, stream=None) -> None:
@@ -203,7 +207,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         # decoded straight into columns where it can (no per-node objects), else the typed way
         workload, prefix = compile_rank_files(args.trace, drop_missing_deps=args.drop_missing_deps)
-    result = run_compiled(workload, cluster, backend, settings, quiet=quiet)
+    result = run_compiled(workload, cluster, backend, settings, quiet=quiet, fold=not args.no_fold)
     paths = write_reports(
         result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
         trace=prefix, cluster=str(args.cluster),

@@ -34,7 +34,11 @@ def replay_compiled(
     cluster=None,
     closed_form: bool | None = None,
     progress: Callable[[int], None] | None = None,
+    fold: bool = True,
 ) -> ReplayResult:
+    """Replay a compiled workload.  ``fold``: on the compiled closed-form path, simulate one rank
+    per class of equivalent ranks and give the others its times (:mod:`xsim_trace.replay.fold`;
+    exact; ``result.stats.folded_ranks`` says how many were folded)."""
     settings = settings or ReplaySettings()
     node_of = group_of = None
     if cluster is not None:
@@ -47,15 +51,22 @@ def replay_compiled(
         else:
             group_of = cluster.gpu_type
     pricer, settings = collective_pricer(settings, cluster, backend, closed_form=closed_form)
+    rank_class = _rank_classes(group_of, workload.num_ranks) if group_of is not None else None
     try:
         raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, pricer=pricer,
-                     progress=progress).run()
+                     progress=progress, fold=fold, rank_class=rank_class).run()
     except OverflowError as exc:  # the bounds keep times in int64; a backend's own numbers can still overflow
         raise GraphError(f"simulated time does not fit in 64-bit nanoseconds ({exc}): check the cluster's "
                          "bandwidths and latencies and the trace's sizes") from None
     return build_result(
         workload, raw, backend=str(getattr(backend, "name", type(backend).__name__)), settings=settings, group_of=group_of
     )
+
+
+def _rank_classes(group_of: Callable[[int], str], num_ranks: int) -> list[int]:
+    """A device class per rank (its cluster device group): ranks of different groups never fold together."""
+    codes: dict[str, int] = {}
+    return [codes.setdefault(str(group_of(r)), len(codes)) for r in range(num_ranks)]
 
 
 def collective_pricer(settings: ReplaySettings, cluster, backend, *, closed_form: bool | None = None):
@@ -93,7 +104,9 @@ def replay(
     cluster=None,
     closed_form: bool | None = None,
     progress: Callable[[int], None] | None = None,
+    fold: bool = True,
 ) -> ReplayResult:
     """Replay ``{rank: Trace}`` over ``backend`` (a NetworkBackend whose endpoints are the ranks)."""
     workload = compile_checked(traces, comm_groups)
-    return replay_compiled(workload, backend, settings, cluster=cluster, closed_form=closed_form, progress=progress)
+    return replay_compiled(workload, backend, settings, cluster=cluster, closed_form=closed_form, progress=progress,
+                           fold=fold)

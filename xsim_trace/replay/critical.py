@@ -30,6 +30,20 @@ class PathNode:
     via: str  # how the path reached it from its successor: "dep", "resource" or "end" (the last node)
 
 
+class _Holders:
+    """Who held a resource until a given time: the lowest-index node on it that ended then."""
+
+    def __init__(self, resource: np.ndarray, end: np.ndarray) -> None:
+        self.order = np.lexsort((np.arange(len(end)), end, resource))
+        self.res, self.end = resource[self.order], end[self.order]
+
+    def get(self, resource: int, t: int) -> int | None:
+        lo = int(np.searchsorted(self.res, resource, "left"))
+        hi = int(np.searchsorted(self.res, resource, "right"))
+        k = lo + int(np.searchsorted(self.end[lo:hi], t, "left"))
+        return int(self.order[k]) if k < hi and int(self.end[k]) == t else None
+
+
 def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
     """Nodes of the critical path in time order."""
     if w.num_nodes == 0:
@@ -42,10 +56,7 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
     pred_idx = src[order]
     pred_ptr = np.zeros(w.num_nodes + 1, np.int64)
     np.cumsum(np.bincount(w.succ_idx, minlength=w.num_nodes), out=pred_ptr[1:])
-    # who held each resource until a given time
-    holder: dict[tuple[int, int], int] = {}
-    for i in np.lexsort((np.arange(w.num_nodes), end)).tolist():
-        holder.setdefault((int(w.resource[i]), int(end[i])), i)
+    holder = _Holders(w.resource, end)
 
     path: list[PathNode] = []
     i = int(np.lexsort((np.arange(w.num_nodes), -end))[0])
@@ -76,7 +87,7 @@ def critical_path(w: CompiledWorkload, t: RawTimes) -> list[PathNode]:
             i, via = int(t.peer_node[i]), "peer"
             continue
         if s > int(ready[i]):
-            nxt = holder.get((int(w.resource[i]), s))
+            nxt = holder.get(int(w.resource[i]), s)
             if nxt is not None and nxt != i:
                 i, via = nxt, "resource"
                 continue

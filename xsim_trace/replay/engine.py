@@ -71,6 +71,8 @@ class EngineStats:
     flows: int
     collectives: int
     closed_form_collectives: int
+    #: ranks not simulated because an equivalent rank was (symmetry folding, :mod:`xsim_trace.replay.fold`)
+    folded_ranks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,8 @@ class RawTimes:
     wait_ns: np.ndarray  # collective: its start - this member's start (straggler wait); send/recv: time waiting for the peer
     peer_node: np.ndarray  # send/recv: global index of the node it was matched with, else -1
     stats: EngineStats
+    #: per rank, the rank whose times it took (symmetry folding), or None when every rank was simulated
+    rep_of: np.ndarray | None = None
 
 
 class Engine:
@@ -103,6 +107,8 @@ class Engine:
         pricer: CollectivePricer | None = None,
         progress: Callable[[int], None] | None = None,
         compiled: bool | None = None,
+        fold: bool = False,
+        rank_class: Sequence[int] | None = None,
     ) -> None:
         self.w = workload
         self.backend = backend
@@ -115,6 +121,9 @@ class Engine:
         self.pricer = (pricer or ScheduleWalkPricer(self.schedules, self.settings)) if self.closed_form else None
         self._booked = False
         self.compiled = self._compiled_applies(compiled)
+        #: simulate one rank per class of equivalent ranks (the compiled path only)
+        self.fold = bool(fold) and self.compiled
+        self.rank_class = None if rank_class is None else np.asarray(rank_class, np.int64)
 
     def _compiled_applies(self, wanted: bool | None) -> bool:
         """The compiled loop runs the closed-form path only; by default
@@ -158,12 +167,15 @@ class Engine:
         )
 
     def _run_compiled(self) -> RawTimes:
-        t, stats = run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked)
+        t, stats = run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked,
+                                fold=self.fold, rank_class=self.rank_class)
         times = NodeTimes(0)
         times.ready, times.start, times.end, times.wait, times.peer = t
+        rep_of = stats.pop("rep_of", None)
         if stats.pop("finished") != self.w.num_nodes:
             self._deadlock(times)
-        return RawTimes(ready_ns=t[0], start_ns=t[1], end_ns=t[2], wait_ns=t[3], peer_node=t[4], stats=EngineStats(**stats))
+        return RawTimes(ready_ns=t[0], start_ns=t[1], end_ns=t[2], wait_ns=t[3], peer_node=t[4], stats=EngineStats(**stats),
+                        rep_of=rep_of)
 
     def _deadlock(self, times: NodeTimes) -> None:
         w = self.w

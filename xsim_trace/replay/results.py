@@ -162,8 +162,14 @@ def build_result(
 ) -> ReplayResult:
     group_of = group_of or (lambda r: "all")
     ranks = []
+    # a folded rank has its representative's node times and columns: its breakdown is the same
+    rep_of = t.rep_of if t.rep_of is not None else range(w.num_ranks)
+    done: dict[int, tuple[Breakdown, int]] = {}
     for r in range(w.num_ranks):
-        b, busy = rank_breakdown(w, t, r)
+        rep = int(rep_of[r])
+        if rep not in done:
+            done[rep] = rank_breakdown(w, t, rep)
+        b, busy = done[rep]
         ranks.append(RankResult(r, str(group_of(r)), b, busy))
     names: dict[str, list[RankResult]] = {}
     for rr in ranks:

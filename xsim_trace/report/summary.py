@@ -89,6 +89,8 @@ def summary_dict(result: ReplayResult, *, trace: str | None = None, cluster: str
             "flows": result.stats.flows,
             "collectives": result.stats.collectives,
             "closed_form_collectives": result.stats.closed_form_collectives,
+            # ranks not simulated: each took the times of an equivalent simulated rank (xsim_trace.replay.fold)
+            "folded_ranks": result.stats.folded_ranks,
         },
     }
 

@@ -53,7 +53,9 @@ def render_table(result: ReplayResult) -> str:
         if waits.rank != slow.rank:
             rows.append(_cells(f"rank {waits.rank} (most waiting)", waits.breakdown, kinds, p2p))
     widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
-    lines = [f"iteration time: {fmt_ns(result.iteration_ns)} over {len(result.ranks)} rank(s), backend {result.backend}"]
+    folded = result.stats.folded_ranks
+    simulated = f" ({len(result.ranks) - folded} simulated, {folded} folded: equivalent ranks' times copied)" if folded else ""
+    lines = [f"iteration time: {fmt_ns(result.iteration_ns)} over {len(result.ranks)} rank(s){simulated}, backend {result.backend}"]
     for k, row in enumerate(rows):
         lines.append("  ".join(cell.ljust(widths[c]) if c == 0 else cell.rjust(widths[c]) for c, cell in enumerate(row)))
         if k == 0:
