@@ -18,7 +18,8 @@ from xsim_trace.graph.model import Node, Trace, comm_groups_to_json, make_metada
 from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, OPT_LAUNCHES_PER_TENSOR, PARAM_BYTES, _buckets
 from xsim_trace.workload.generator import SOURCE, GroupRegistry, Workload
 from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.ops import CommKind, CommOp, pp_activation_bytes
+from xsim_trace.workload.ops import FSDP_REDUCE, CommKind, CommOp, WaitOp, pp_activation_bytes
+from xsim_trace.workload.templates import RING_RECV_STREAM, RING_TAG_BASE
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.schedule import stage_order
 from xsim_trace.workload.timing import Timer
@@ -36,6 +37,9 @@ class _RankBuilder:
         self.nodes: list[Node] = []
         self.prev: int | None = None
         self.cpu_prev: int | None = None  # last host launch node (only when host overhead is modelled)
+        self.pending: dict[str, int] = {}  # asynchronous comm name -> node a WaitOp waits for
+        self.waits: list[int] = []
+        self.ring_steps = 0
 
     def _add(self, name: str, node_type: NodeType, deps: Iterable[int | None], **attributes) -> int:
         nid = len(self.nodes)
@@ -47,7 +51,11 @@ class _RankBuilder:
         self.prev = nid
         return nid
 
-    def op_node(self, op, layer: int | None, microbatch: int, extra: Iterable[int | None] = ()) -> int:
+    def op_node(self, op, layer: int | None, microbatch: int, extra: Iterable[int | None] = ()) -> int | None:
+        if isinstance(op, WaitOp):
+            if op.name in self.pending:
+                self.waits.append(self.pending.pop(op.name))
+            return None
         common = {A.MICROBATCH: microbatch, A.IS_CPU_OP: False}
         if layer is not None:
             common[A.LAYER] = layer
@@ -65,6 +73,27 @@ class _RankBuilder:
                 microbatch=microbatch,
             )
         extra = [*extra, self.cpu_prev]
+        if isinstance(op, CommOp) and op.asynchronous and op.ring:
+            nxt, prv = self.timer.ring_peers(op.kind, self.rank)
+            tag = RING_TAG_BASE + self.ring_steps
+            self.ring_steps += 1
+            deps = [self.prev, *extra]
+            self._add(op.name + "_send", NodeType.COMM_SEND, deps, comm_src=self.rank, comm_dst=nxt, comm_tag=tag,
+                      comm_size=op.size_bytes, comm_kind=op.kind.value, duration_ns=dur, duration_micros=dur // 1000,
+                      **common)
+            self.pending[op.name] = self._add(op.name + "_recv", NodeType.COMM_RECV, deps, comm_src=prv,
+                                              comm_dst=self.rank, comm_tag=tag, comm_size=op.size_bytes,
+                                              comm_kind=op.kind.value, stream=RING_RECV_STREAM, duration_ns=0, **common)
+            return self.pending[op.name]
+        if isinstance(op, CommOp) and op.asynchronous:
+            members = self.timer.op_group(op, self.rank)
+            self.pending[op.name] = self._add(
+                op.name, NodeType.COMM_COLL, [self.prev, *extra], comm_type=int(op.collective),
+                comm_size=op.size_bytes, pg_name=self.groups.id_of(members), comm_kind=op.kind.value,
+                duration_ns=dur, duration_micros=dur // 1000, **common)
+            return self.pending[op.name]
+        extra += self.waits
+        self.waits = []
         if isinstance(op, CommOp):
             members = self.timer.group(op.kind, self.rank)
             return self.chain(
@@ -123,7 +152,9 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
             )
         ids = []
         for j, (layer, op) in enumerate(program.pass_ops(stage, st.chunk, st.forward)):
-            ids.append(b.op_node(op, layer, st.microbatch, [recv] if j == 0 else ()))
+            nid = b.op_node(op, layer, st.microbatch, [recv] if j == 0 else ())
+            if nid is not None:
+                ids.append(nid)
         if recv is not None and not ids:
             b.prev = recv
         if not st.forward:
@@ -149,8 +180,8 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
     nb = _buckets(dense + expert, fw)
     coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
     last_compute = b.prev
-    bucket_ids: list[int] = []
-    if len(dp_members) > 1:
+    bucket_ids: list[int] = [i for i, n in enumerate(b.nodes) if n.name == FSDP_REDUCE]
+    if len(dp_members) > 1 and not program.fsdp:
         pg = groups.id_of(dp_members)
         inter = timer.links.spans_nodes(dp_members)
         gb = timer.grad_reduce_bytes
@@ -174,7 +205,7 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
                 duration_micros=dur // 1000,
             )
             bucket_ids.append(prev_bucket)
-    if expert and fw.ep > 1:
+    if expert and fw.ep > 1 and not program.fsdp:
         edp = lay.expert_dp_group(rank)
         if len(edp) > 1:
             dur = timer.links.collective_ns(coll, expert * timer.grad_reduce_bytes, len(edp), timer.links.spans_nodes(edp))
@@ -191,6 +222,14 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
                     duration_micros=dur // 1000,
                 )
             )
+    if program.syncs_tied_embedding(stage):
+        pair = lay.embedding_group(rank)
+        size = program.tied_embedding_grad_bytes(timer)
+        dur = timer.links.collective_ns(CollectiveType.ALL_REDUCE, size, 2, timer.links.spans_nodes(pair))
+        bucket_ids.append(b._add("embedding_grad_allreduce", NodeType.COMM_COLL,
+                                 [last_compute, bucket_ids[-1] if bucket_ids else None],
+                                 comm_type=int(CollectiveType.ALL_REDUCE), comm_size=size, pg_name=groups.id_of(pair),
+                                 comm_kind=CommKind.DP.value, duration_ns=dur, duration_micros=dur // 1000))
     # -- optimizer ------------------------------------------------------------------------------
     dev = timer.device
     local = (dense + expert) // (len(dp_members) if fw.zero_stage >= 1 else 1)
@@ -213,7 +252,7 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
         duration_micros=opt_ns // 1000,
         is_cpu_op=False,
     )
-    if fw.zero_stage >= 1 and len(dp_members) > 1:
+    if fw.zero_stage >= 1 and len(dp_members) > 1 and not program.fsdp:
         size = (dense + expert) * PARAM_BYTES // nb
         dur = timer.links.collective_ns(CollectiveType.ALL_GATHER, size, len(dp_members), timer.links.spans_nodes(dp_members))
         for k in range(nb):

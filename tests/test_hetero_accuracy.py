@@ -217,7 +217,7 @@ def test_accuracy_tool_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert any(line.startswith("B1") and "ERROR row B1, column gpus" in line for line in lines)
-    assert any(line.startswith("A2") and "run_failed: predicted OOM" in line for line in lines)
+    assert any(line.startswith("A2") and "run_failed: predicted infeasible (out of memory" in line for line in lines)
     assert lines[-1] == s.line()
     assert lines[-1].startswith("rows 4 median_abs_err_pct ") and lines[-1].endswith(" oom_right 1/1")
 

@@ -49,6 +49,11 @@ CASES = {
     "full-recompute-uneven-nodes": (small_llama(layers=3, seq_len=256).with_(flash_attention=False),
                                     Framework(tp=2, pp=3, dp=2, recompute="full", global_batch=6),
                                     {"gpus_per_node": 3, "host_ns": 50_000}),
+    "fsdp-zero3-tied-pp-host": (get_model("gpt3-1.3b").with_(layers=4, seq_len=256),
+                                Framework(pp=2, dp=2, cp=2, zero_stage=3, global_batch=4), {"host_ns": 40_000}),
+    "cp-ring-full-recompute-uneven-nodes": (small_llama(layers=2, seq_len=768),
+                                            Framework(tp=2, cp=3, pp=2, recompute="full", global_batch=2),
+                                            {"gpus_per_node": 4}),
     "selective-no-flash-dp-only": (small_llama(layers=2, seq_len=256).with_(flash_attention=False),
                                    Framework(dp=4, recompute="selective", global_batch=4), {"gpus_per_node": 2}),
 }

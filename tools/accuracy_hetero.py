@@ -15,7 +15,7 @@ refits them (on the homogeneous rows of the CSV) before predicting, ``--cv K`` p
 figures for the homogeneous rows (each predicted with constants fitted without its fold).
 
 usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--exclude-suspect] [--fit]
-                                [--cv K] [--rounds N]
+                                [--cv K] [--rounds N] [--breakdown] [--nic-gbps PRESET=GBPS ...]
 """
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit", action="store_true", help="refit the constants on the CSV's homogeneous rows first")
     ap.add_argument("--cv", type=int, default=0, metavar="K", help="K-fold cross-validation of the homogeneous rows")
     ap.add_argument("--rounds", type=int, default=3, help="coordinate-descent rounds of --fit / --cv")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after each row, one line per pipeline stage: the slowest replica's forward / backward per "
+                         "micro-batch, the p2p transfer, when its last backward ends, its DP all-reduce, optimizer")
+    ap.add_argument("--nic-gbps", action="append", default=[], metavar="PRESET=GBPS",
+                    help="what-if: every NIC of a cluster preset at this line rate (e.g. mit-rtx=1); the rows "
+                         "are then no longer predictions from stated links")
     args = ap.parse_args(argv)
     try:
         raws = read_rows(args.csv)
@@ -73,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cal = FITTED
+    if args.nic_gbps:
+        try:
+            override = tuple((k.strip(), float(v)) for k, v in (x.split("=", 1) for x in args.nic_gbps))
+        except ValueError:
+            print(f"error: --nic-gbps expects PRESET=GBPS, found {args.nic_gbps!r}", file=sys.stderr)
+            return 2
+        cal = cal.with_(nic_gbps=override)
+        print(f"# what-if NIC line rates (not the presets'): {dict(override)}")
     if args.fit:
         cal = fit(_homogeneous_rows(raws), rounds=args.rounds)
         print(f"# fitted on the homogeneous rows: {cal}")
@@ -89,11 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     chosen = _selected(results, args.select, args.exclude_suspect)
     for r in chosen:
         print(r.line())
+        if args.breakdown:
+            for st in r.stages:
+                print(st.line())
     if args.select == "all":
         for label, sel in (("heterogeneous, SUSPECT excluded", "hetero"), ("homogeneous, SUSPECT excluded", "homogeneous")):
             part = _selected(results, sel, True)
             s = summarize(part)
             print(f"# {label}: {s.line()} measured_predicted_oom {s.measured_predicted_oom}")
+            built = summarize([r for r in part if not r.error])
+            print(f"#   of which built (timed or failed; the {len(part) - built.rows} ERROR rows left out): {built.line()}")
     s = summarize(chosen)
     print(f"# measured runs predicted out of memory: {s.measured_predicted_oom}")
     print(s.line())

@@ -29,6 +29,9 @@ CASES = (
                                  distributed_optimizer=True, overlap_grad_reduce=True, recompute="full")),
     ("llama3-405b", "H100", dict(tp=8, pp=16, dp=128, vpp=7, global_batch=16384, sequence_parallel=True,
                                  distributed_optimizer=True)),
+    ("deepseek-v3", "H100", dict(pp=16, dp=128, ep=64, global_batch=8192, distributed_optimizer=True, precision="fp8",
+                                 recompute="full")),
+    ("llama3-70b", "H100", dict(tp=8, cp=8, dp=256, global_batch=512, sequence_parallel=True, zero_stage=3)),
 )
 
 
@@ -36,7 +39,7 @@ def _flags(model: str, device: str, kw: dict) -> list[str]:
     out = ["estimate", "--model", model, "--device", device, "--json"]
     for key, value in kw.items():
         flag = {"global_batch": "--gbs", "sequence_parallel": "--sp", "distributed_optimizer": "--distributed-optimizer",
-                "overlap_grad_reduce": "--overlap-grad-reduce"}.get(key, f"--{key.replace('_', '-')}")
+                "overlap_grad_reduce": "--overlap-grad-reduce", "zero_stage": "--zero"}.get(key, f"--{key.replace('_', '-')}")
         out += [flag] if value is True else [flag, str(value)]
     return out
 

@@ -48,21 +48,23 @@ def _intra_GBps(group) -> float:  # noqa: N802
 def _system_from_cluster(args: argparse.Namespace):
     """(cluster, DeviceSpec, GPUs per node, NIC Gb/s per GPU, intra GB/s per GPU) of a one-group cluster."""
     from xsim_trace.cluster import load_cluster
-    from xsim_trace.devices.catalog import load_catalog
+    from xsim_trace.devices.catalog import catalog_for
 
-    cluster = load_cluster(args.cluster)
+    catalog = catalog_for(args.device_file)
+    cluster = load_cluster(args.cluster, catalog=catalog)
     if len(cluster.groups) != 1:
         names = ", ".join(g.name for g in cluster.groups)
         raise ConfigError(f"xsim estimate needs a homogeneous cluster; {cluster.name} has groups {names} "
                           "(use xsim generate --plan for heterogeneous plans)", field="--cluster")
     g = cluster.groups[0]
-    device = load_catalog(args.device_file).get(g.gpu_type)
+    device = catalog.get(g.gpu_type)
     nic = g.nic.count * g.nic.nic_gbps / g.devices_per_node if g.nic is not None else args.nic_gbps
     return cluster, device, g.devices_per_node, nic, _intra_GBps(g)
 
 
-def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float):
-    """A one-group NVSwitch + fat-tree cluster of the setup's device, big enough for its ranks."""
+def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float, catalog=None):
+    """A one-group NVSwitch + fat-tree cluster of the setup's device, big enough for its ranks
+    (its GPU type resolves in ``catalog``, the run's device catalog)."""
     from xsim_trace.cluster.load import cluster_from_dict
 
     dev = setup.device
@@ -76,7 +78,7 @@ def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float):
                            "latency_ns": 250},
             "nic": {"count": gpus_per_node, "nic_gbps": nic_gbps, "latency_ns": 1000},
         }],
-    })
+    }, catalog=catalog)
 
 
 def _replay_s(setup, cluster) -> float:
@@ -108,9 +110,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         gpn, nic = args.gpus_per_node, args.nic_gbps
     pred = predict(setup)
     out = prediction_dict(setup, pred)
+    if setup.timer.family is not None and setup.timer.family.name == "deepspeed":
+        from xsim_trace.workload.pipeline_hetero import deepspeed_check
+
+        out["deepspeed"] = deepspeed_check(setup.program, out["memory"][0]["capacity_GiB"] * 2**30)
     if args.replay:
         if setup.fw.world_size <= REPLAY_MAX_RANKS:
-            replayed = _replay_s(setup, cluster if cluster is not None else _replay_cluster(setup, gpn, nic))
+            from xsim_trace.devices.catalog import catalog_for
+
+            if cluster is None:
+                cluster = _replay_cluster(setup, gpn, nic, catalog_for(args.device_file))
+            replayed = _replay_s(setup, cluster)
             out["replay_step_time_s"] = round(replayed, 6)
             out["replay_vs_estimate_pct"] = round((replayed / pred.step_s - 1) * 100, 2)
         else:
@@ -140,6 +150,10 @@ def _print_text(out: dict) -> None:
         print(f"memory stage {m['stage']:<3} {m['total_GiB']:8.1f} GiB of {m['capacity_GiB']:.1f} (weights "
               f"{m['weights_GiB']:.1f}, grads {m['grads_GiB']:.1f}, optimizer {m['optimizer_GiB']:.1f}, "
               f"activations {m['activations_GiB']:.1f}){flag}")
+    for d in out.get("deepspeed", ()):
+        verdict = f"cannot start: {d['unbuildable']}" if d["unbuildable"] else (
+            "OUT OF MEMORY" if d["out_of_memory"] else "fits")
+        print(f"deepspeed stage {d['stage']:<3} {d['memory_GiB']:6.1f} GiB fp16 pipeline memory, {verdict}")
     if "replay_step_time_s" in out:
         print(f"replay           {out['replay_step_time_s']:10.4f} s  ({out['replay_vs_estimate_pct']:+.1f}% vs estimate)")
     elif "replay_skipped" in out:

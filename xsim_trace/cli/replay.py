@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retarget-host-factor", type=float, default=1.0, metavar="F",
                    help="with --retarget: multiply host (CPU) node times of retargeted ranks by F (target CPU time / "
                         "captured; default 1: host time kept as captured)")
+    p.add_argument("--device-file", metavar="YAML",
+                   help="extra devices (same shape as the built-in catalog): GPU types of the cluster file and of the "
+                        "captured ranks resolve in it, for the device check and --retarget")
     add_replay_options(p)
     p.set_defaults(func=cmd_replay)
 
@@ -91,14 +94,15 @@ def settings_from_args(args: argparse.Namespace):
     )
 
 
-def network_for(cluster_spec, backend_name: str):
+def network_for(cluster_spec, backend_name: str, catalog=None):
     """(cluster, backend) from a cluster file/preset and a backend name: the cluster is resolved
-    here, once, and the resolved Cluster builds the topology."""
+    here, once (its GPU types in ``catalog``, the run's device catalog; None = built-in), and the
+    resolved Cluster builds the topology."""
     from xsim_trace.cluster import load_cluster
     from xsim_trace.network.registry import make_backend
     from xsim_trace.network.topology import build_topology
 
-    cluster = load_cluster(cluster_spec)
+    cluster = load_cluster(cluster_spec, catalog=catalog)
     return cluster, make_backend(backend_name, build_topology(cluster))
 
 
@@ -160,29 +164,29 @@ def _mismatch_error(mismatches):
                        rank=first.rank, field="--cluster")
 
 
-def check_or_retarget(traces, cluster, *, retarget: bool, host_factor: float = 1.0):
+def check_or_retarget(traces, cluster, *, retarget: bool, host_factor: float = 1.0, catalog=None):
     """Refuse ranks captured on another device than the cluster's (naming both), or, with
     ``retarget``, rescale them to it (logging how many ranks moved)."""
     import logging
 
     from xsim_trace.rewrite.retarget import device_mismatches, retarget as do_retarget
 
-    mismatches = device_mismatches(traces, cluster)
+    mismatches = device_mismatches(traces, cluster, catalog)
     if not mismatches:
         return traces
     if not retarget:
         raise _mismatch_error(mismatches)
     logging.getLogger(__name__).warning("retargeting %d rank(s) from %s to %s", len(mismatches),
                                         mismatches[0].captured, mismatches[0].cluster)
-    return do_retarget(traces, cluster, host_factor=host_factor)
+    return do_retarget(traces, cluster, catalog, host_factor=host_factor)
 
 
-def _needs_retarget(metadata, cluster, *, retarget: bool) -> bool:
+def _needs_retarget(metadata, cluster, *, retarget: bool, catalog=None) -> bool:
     """Whether the captured devices (from the rank files' metadata records alone) differ from the
     cluster's: a ConfigError naming both without ``retarget``, True with it."""
     from xsim_trace.rewrite.retarget import metadata_mismatches
 
-    mismatches = metadata_mismatches(metadata, cluster)
+    mismatches = metadata_mismatches(metadata, cluster, catalog)
     if mismatches and not retarget:
         raise _mismatch_error(mismatches)
     return bool(mismatches)
@@ -194,15 +198,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from xsim_trace.replay.columnar import compile_rank_files
     from xsim_trace.report import write_reports
 
+    from xsim_trace.devices.catalog import catalog_for
+
     settings = settings_from_args(args)
-    cluster, backend = network_for(args.cluster, args.backend)
+    catalog = catalog_for(getattr(args, "device_file", None))  # resolved once, handed down
+    cluster, backend = network_for(args.cluster, args.backend, catalog)
     quiet = getattr(args, "quiet", False)
     metadata = _rank_metadata(args.trace)
     if _is_partial(metadata):
-        workload, prefix = _compile_completed(args, cluster, quiet)
-    elif _needs_retarget(metadata, cluster, retarget=args.retarget):
+        workload, prefix = _compile_completed(args, cluster, quiet, catalog)
+    elif _needs_retarget(metadata, cluster, retarget=args.retarget, catalog=catalog):
         rs = read_rank_set(args.trace)
-        traces = check_or_retarget(rs.traces, cluster, retarget=True, host_factor=args.retarget_host_factor)
+        traces = check_or_retarget(rs.traces, cluster, retarget=True, host_factor=args.retarget_host_factor,
+                                   catalog=catalog)
         workload, prefix = compile_checked(traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix
     else:
         # decoded straight into columns where it can (no per-node objects), else the typed way
@@ -236,7 +244,7 @@ def _is_partial(metadata: dict) -> bool:
     return len(metadata) < world
 
 
-def _compile_completed(args: argparse.Namespace, cluster, quiet: bool):
+def _compile_completed(args: argparse.Namespace, cluster, quiet: bool, catalog=None):
     """A partial rank set (device-checked, or retargeted) completed with modelled peers
     (:mod:`xsim_trace.replay.absent`), compiled; what was modelled is said on stderr."""
     from converters.crossrank import alltoall_schedule
@@ -245,7 +253,8 @@ def _compile_completed(args: argparse.Namespace, cluster, quiet: bool):
     from xsim_trace.replay.api import compile_checked
 
     rs = read_rank_set(args.trace, partial=True)
-    traces = check_or_retarget(rs.traces, cluster, retarget=args.retarget, host_factor=args.retarget_host_factor)
+    traces = check_or_retarget(rs.traces, cluster, retarget=args.retarget, host_factor=args.retarget_host_factor,
+                               catalog=catalog)
     done = complete_rank_set(traces, rs.comm_groups, AbsentPeers(args.absent_peers), alltoall_order=alltoall_schedule)
     for note in done.notes if not quiet else ():
         print(f"xsim: note: {note}", file=sys.stderr)

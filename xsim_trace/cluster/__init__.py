@@ -48,16 +48,18 @@ __all__ = [
 ]
 
 
-def load_cluster(path_or_preset: str | Path | Cluster) -> Cluster:
+def load_cluster(path_or_preset: str | Path | Cluster, *, catalog=None) -> Cluster:
     """A cluster from a file (``.yaml``/``.yml``/``.json``), a preset spec, ASTRA-sim inputs
-    (``astra:NETWORK.yml[,SYSTEM.json]``, see :mod:`xsim_trace.cluster.astra`), or a Cluster (returned as is)."""
+    (``astra:NETWORK.yml[,SYSTEM.json]``, see :mod:`xsim_trace.cluster.astra`), or a Cluster (returned as is).
+    ``catalog``: the run's device catalog (``devices.catalog_for(--device-file)``) a file's GPU types
+    resolve in; None = the built-in one."""
     if isinstance(path_or_preset, Cluster):
         return path_or_preset
     if is_astra_spec(path_or_preset):
         return load_astra_cluster(str(path_or_preset))
     p = Path(path_or_preset)
     if p.is_file():
-        return read_cluster_file(p)
+        return read_cluster_file(p, catalog)
     spec = str(path_or_preset)
     if is_preset_spec(spec):
         return load_preset(spec)

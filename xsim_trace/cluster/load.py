@@ -51,8 +51,9 @@ MAX_OVERSUBSCRIPTION = 1e6
 
 
 class _Ctx:
-    def __init__(self, file: object) -> None:
+    def __init__(self, file: object, catalog=None) -> None:
         self.file = str(file) if file is not None else None
+        self.catalog = catalog  # devices.Catalog that GPU types resolve in (None: the built-in one)
 
     def err(self, field: str, msg: str) -> ConfigError:
         return ConfigError(msg, file=self.file, field=field or None)
@@ -256,7 +257,7 @@ def _check_gpu(ctx: _Ctx, gpu: str, field: str) -> None:
     if gpu.strip().lower() == GENERIC_GPU:
         return
     try:
-        get_device(gpu)
+        get_device(gpu, ctx.catalog)
     except ConfigError as exc:
         raise ctx.err(field, f"unknown GPU type: {exc.message}") from None
 
@@ -330,8 +331,10 @@ def _parse_pos(ctx: _Ctx, e: Any, f: str, names: list[str]) -> DevicePos:
     return DevicePos(gi, node, local)
 
 
-def cluster_from_dict(data: Any, *, file: object = None) -> Cluster:
-    ctx = _Ctx(file)
+def cluster_from_dict(data: Any, *, file: object = None, catalog=None) -> Cluster:
+    """``catalog``: the run's device catalog (``devices.catalog_for(--device-file)``) that the
+    groups' GPU types must resolve in; None = the built-in catalog."""
+    ctx = _Ctx(file, catalog)
     d = ctx.mapping(data, "", _TOP_KEYS)
     name = ctx.string(d.get("name", Path(str(file)).stem if file else "cluster"), "name")
     fabric = _fabric(ctx, d["fabric"], "fabric") if d.get("fabric") is not None else Fabric()
@@ -444,8 +447,8 @@ def cluster_to_dict(c: Cluster) -> dict[str, Any]:
     return out
 
 
-def read_cluster_file(path: str | Path) -> Cluster:
+def read_cluster_file(path: str | Path, catalog=None) -> Cluster:
     from xsim_trace.io.documents import load_document
 
     p = Path(path)
-    return cluster_from_dict(load_document(p, "cluster file"), file=p)
+    return cluster_from_dict(load_document(p, "cluster file"), file=p, catalog=catalog)

@@ -1,7 +1,7 @@
 """Device catalog (public spec-sheet peaks, user-extensible YAML) and the compute model that times
 kernels from FLOPs/bytes and scales measured kernels between devices and TP degrees."""
 
-from xsim_trace.devices.catalog import Catalog, default_catalog, get_device, load_catalog, normalize_name
+from xsim_trace.devices.catalog import Catalog, catalog_for, default_catalog, get_device, load_catalog, normalize_name
 from xsim_trace.devices.compute import (
     KernelClass,
     class_ratio,
@@ -30,6 +30,7 @@ __all__ = [
     "get_device",
     "kernel_time_ns",
     "load_catalog",
+    "catalog_for",
     "memory_rate",
     "normalize_name",
     "scale_kernel_ns",

@@ -173,6 +173,13 @@ def default_catalog() -> Catalog:
     return load_catalog()
 
 
+def catalog_for(device_file: "str | os.PathLike[str] | None" = None) -> Catalog:
+    """The one resolver of device names for a run: the built-in catalog, plus the user's
+    ``--device-file`` when given.  Commands build it once at their boundary and hand it (or the
+    DeviceSpecs it resolves) down to the cluster loader, the generator, the estimate and retargeting."""
+    return load_catalog(device_file) if device_file is not None else default_catalog()
+
+
 def get_device(name: "str | DeviceSpec", catalog: Catalog | None = None) -> DeviceSpec:
     """Look a device up by canonical name or alias (``"H100"``, ``"h100-sxm"``, ``"NVIDIA H100 80GB HBM3"``)."""
     return (catalog or default_catalog()).get(name)

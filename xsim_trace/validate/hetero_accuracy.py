@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from xsim_trace.errors import XsimError
-from xsim_trace.validate.hetero_predict import FITTED, HeteroCalibration, predict
+from xsim_trace.validate.hetero_predict import FITTED, HeteroCalibration, StageTiming, predict
 from xsim_trace.validate.hetero_rows import HeteroRow, RawRow, RowError, parse_row
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ class RowResult:
     peak_GiB: float = 0.0
     capacity_GiB: float = 0.0
     error: str = ""  # why the row could not be built / predicted (names the column)
+    infeasible: str = ""  # why the prediction finds the run infeasible (out of memory, a stage DeepSpeed cannot build)
+    stages: tuple[StageTiming, ...] = ()  # the per-stage breakdown of the prediction
 
     @property
     def abs_err_pct(self) -> float | None:
@@ -55,10 +57,10 @@ class RowResult:
         if self.error:
             return f"{self.row_id:6s} ERROR {self.error} ({tag})"
         if self.failed:
-            verdict = "predicted OOM" if self.predicted_oom else "predicted to fit"
-            return (f"{self.row_id:6s} measured  failed  predicted {self.predicted_s:9.3f} s  run_failed: {verdict} "
-                    f"({self.peak_GiB:.1f} of {self.capacity_GiB:.0f} GiB) ({tag})")
-        oom = f"  predicted OOM ({self.peak_GiB:.1f} of {self.capacity_GiB:.0f} GiB)" if self.predicted_oom else ""
+            verdict = f"predicted infeasible ({self.infeasible})" if self.predicted_oom else \
+                f"predicted to fit ({self.peak_GiB:.1f} of {self.capacity_GiB:.0f} GiB)"
+            return f"{self.row_id:6s} measured  failed  predicted {self.predicted_s:9.3f} s  run_failed: {verdict} ({tag})"
+        oom = f"  predicted infeasible ({self.infeasible})" if self.predicted_oom else ""
         return (f"{self.row_id:6s} measured {self.measured_s:9.3f} s  predicted {self.predicted_s:9.3f} s  "
                 f"error {self.err_pct:+7.1f} %{oom} ({tag})")
 
@@ -88,7 +90,8 @@ def predict_row(raw: RawRow, cal: HeteroCalibration, row: HeteroRow | None = Non
     except XsimError as exc:  # a model / device check of the generator: still this row's problem
         return RowResult(measured_s=None, error=f"row {raw.row_id}: {exc}", **base)
     return RowResult(measured_s=row.measured_s, predicted_s=p.iteration_s, predicted_oom=p.out_of_memory,
-                     peak_GiB=p.peak_GiB, capacity_GiB=p.capacity_GiB, **base)
+                     peak_GiB=p.peak_GiB, capacity_GiB=p.capacity_GiB, infeasible=p.infeasible,
+                     stages=p.stages, **base)
 
 
 def evaluate(raws: Iterable[RawRow], cal: HeteroCalibration = FITTED) -> list[RowResult]:

@@ -32,12 +32,20 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.devices import get_device
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
-from xsim_trace.errors import GraphError
-from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan
+from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan, RowStage
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.families import get_family
 from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.model import ModelSpec as WorkloadModel
+from xsim_trace.workload.pipeline_hetero import (
+    OPTIMIZER_BYTES_PER_PARAM,
+    BlockDims,
+    StageContent,
+    schedule_1f1b,
+    stage_memory_bytes,
+    stage_params,
+    unbuildable_reason,
+)
 from xsim_trace.workload.ops import (
     embedding_backward,
     embedding_forward,
@@ -55,10 +63,10 @@ CLUSTER_KEYWORDS = (("p3.8xlarge", "aws-p3-g4dn"), ("g4dn", "aws-g4dn-t4"), ("cl
 #: v1.1.5 on AWS, Sailor's framework on Alps; the MIT testbed runs Sailor's framework and has no homogeneous row,
 #: so it takes the Alps value (its CPU is not stated)
 TESTBED = {"aws-p3-g4dn": "aws", "aws-g4dn-t4": "aws", "alps-gh200": "alps", "mit-rtx": "alps"}
-
-#: bytes per local parameter of DeepSpeed's fp16 optimizer step: overflow check (2) + unscale and norm of the fp32
-#: gradient (4 + 4) + Adam on fp32 master, momentum, variance (read p, g, m, v, write p, m, v: 28) + fp16 copy (2 + 4)
-OPTIMIZER_BYTES_PER_PARAM = 44
+#: DeepSpeed generation per testbed: whether the backward's gradient transfer is partitioned over TP ranks like the
+#: forward's activations (``is_grad_partitioned``).  AMP ran DeepSpeed 0.3 (activations partitioned, gradients sent
+#: whole by every TP rank); Sailor's Megatron-DeepSpeed runs a current DeepSpeed (both partitioned).
+GRAD_PARTITIONED = {"aws": False, "alps": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,9 @@ class HeteroCalibration:
     tcp_efficiency: float = 0.70  # NCCL over TCP sockets / Ethernet line rate
     reserved_GiB: float = 1.5  # CUDA context, cuBLAS / NCCL workspaces, allocator fragmentation
     step_host_ns: int = 20_000_000  # per-iteration engine work outside the passes (logging, loss, sync)
+    #: what-if line rates (Gb/s) of every NIC of a cluster preset, replacing the preset's (tools/accuracy_hetero.py
+    #: --nic-gbps); empty for predictions
+    nic_gbps: tuple[tuple[str, float], ...] = ()
 
     def host_ns(self, testbed: str) -> int:
         table = dict(self.host_module_ns)
@@ -118,7 +129,7 @@ FITTED = HeteroCalibration(
     host_module_ns=(("alps", 120_000), ("aws", 400_000)),
     pcie_efficiency=0.3,
     tcp_efficiency=0.8,
-    reserved_GiB=2.5,
+    reserved_GiB=1.5,
     step_host_ns=40_000_000,
 )
 
@@ -132,6 +143,27 @@ class NodeLinks:
 
 
 @dataclass(frozen=True, slots=True)
+class StageTiming:
+    """One pipeline stage in a prediction: its slowest replica's passes and what follows its last backward."""
+
+    stage: int
+    device: str  # the slowest replica's GPU
+    tp: int
+    layers: int
+    fwd_ms: float  # one micro-batch's forward on the slowest replica (TP all-reduces included)
+    bwd_ms: float
+    p2p_ms: float  # one activation (or gradient) transfer to the next stage; 0 on the last
+    end_s: float  # the stage's last backward ends (latest replica)
+    dp_allreduce_s: float  # gradient all-reduce over the stage's replicas (+ the tied embedding's)
+    optimizer_s: float
+
+    def line(self) -> str:
+        return (f"  S{self.stage} {self.device:>15s} TP{self.tp} L{self.layers:<2d} fwd {self.fwd_ms:8.1f} ms  "
+                f"bwd {self.bwd_ms:8.1f} ms  p2p {self.p2p_ms:7.1f} ms  pipeline end {self.end_s:8.3f} s  "
+                f"DP all-reduce {self.dp_allreduce_s:7.3f} s  optimizer {self.optimizer_s:6.3f} s")
+
+
+@dataclass(frozen=True, slots=True)
 class Prediction:
     row_id: str
     iteration_s: float
@@ -141,6 +173,9 @@ class Prediction:
     pipeline_s: float  # slowest stage's pipeline span
     dp_allreduce_s: float  # gradient all-reduce of that stage
     optimizer_s: float
+    #: why the run cannot start or runs out of memory ("" when it is predicted to run)
+    infeasible: str = ""
+    stages: tuple[StageTiming, ...] = ()
 
 
 def row_cluster_name(row: HeteroRow) -> str:
@@ -163,7 +198,8 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
         dev = get_device(dev_name)
         raw = group.intra.bw_GBps
         eff = cal.pcie_efficiency if (dev.pcie_GBps and raw <= dev.pcie_GBps) else cal.nvlink_efficiency
-        nic = (group.nic.count * group.nic.nic_gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
+        gbps = dict(cal.nic_gbps).get(cluster.name, group.nic.nic_gbps if group.nic else 0.0)
+        nic = (group.nic.count * gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
         out.append(NodeLinks(raw * eff, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
     return tuple(out)
 
@@ -206,18 +242,19 @@ def _pass_ns(wmodel: WorkloadModel, mbs: int, dev: DeviceSpec, tp: int, intra_GB
     return timer.pass_ns(fwd, 0), timer.pass_ns(bwd, 0)
 
 
-def _p2p_ns(nbytes: int, a: Placement, b: Placement, links: tuple[NodeLinks, ...]) -> int:
-    """Activation (or gradient) transfer from a stage replica to the next: TP rank i sends to TP rank i
-    (equal TP) or the whole tensor moves once (DeepSpeed sends the full activation from every TP rank when the
-    degrees match; different degrees are not run by DeepSpeed)."""
+def _p2p_ns(nbytes: int, a: Placement, b: Placement, links: tuple[NodeLinks, ...], partitioned: bool) -> int:
+    """One stage-to-stage transfer between two stage replicas of equal TP (TP rank i to TP rank i).  DeepSpeed's
+    ``is_pipe_partitioned`` (every TP > 1 run) splits the tensor over the TP ranks (each sends ``1/tp``, the
+    receiver all-gathers inside its node); unpartitioned, every TP rank sends the whole tensor.  Across nodes the
+    TP ranks' transfers share the NICs."""
     na, nb = a.nodes[0], b.nodes[0]
+    per_rank = nbytes / a.tp if partitioned else nbytes
     if na == nb:
         bw, lat = links[na].intra_GBps, links[na].intra_latency_ns
     else:
-        # every TP rank of the node sends its copy over the node's NICs at once
         bw = min(links[na].nic_GBps, links[nb].nic_GBps) / max(1, a.tp)
         lat = links[na].nic_latency_ns + links[nb].nic_latency_ns + 20_000
-    return int(lat + nbytes / bw)
+    return int(lat + per_rank / bw)
 
 
 def _ring_ns(nbytes: int, members: list[Placement], links: tuple[NodeLinks, ...], rings_per_node: int) -> int:
@@ -237,58 +274,6 @@ def _ring_ns(nbytes: int, members: list[Placement], links: tuple[NodeLinks, ...]
     return int(2 * (n - 1) * lat + 2 * (n - 1) / n * nbytes / bw)
 
 
-def _stage_params(wmodel: WorkloadModel, layers: int, embedding: bool, head: bool) -> int:
-    h, f, v = wmodel.hidden, wmodel.ffn, wmodel.vocab
-    per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
-    params = layers * per_layer
-    if embedding:
-        params += v * h + wmodel.seq_len * h
-    if head:
-        params += v * h + 2 * h  # tied copy of the word embedding + final norm
-    return params
-
-
-def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int) -> list[int]:
-    """1F1B (DeepSpeed TrainSchedule) on one replica: end time of each stage's last op.  ``p2p[s]`` is the
-    transfer between stage s and s+1 (blocking on the sender)."""
-    from xsim_trace.workload.schedule import one_f_one_b
-
-    p = len(fwd)
-    orders = [one_f_one_b(s, p, m) for s in range(p)]
-    f_end = [[0] * m for _ in range(p)]
-    b_end = [[0] * m for _ in range(p)]
-    free = [0] * p
-    pos = [0] * p
-    done = 0
-    total = sum(len(o) for o in orders)
-    while done < total:
-        progressed = False
-        for s in range(p):
-            while pos[s] < len(orders[s]):
-                step = orders[s][pos[s]]
-                i = step.microbatch
-                if step.forward:
-                    if s > 0 and not f_end[s - 1][i]:
-                        break
-                    ready = f_end[s - 1][i] + p2p[s - 1] if s > 0 else 0
-                    end = max(free[s], ready) + fwd[s]
-                    f_end[s][i] = end
-                    free[s] = end + (p2p[s] if s < p - 1 else 0)
-                else:
-                    if s < p - 1 and not b_end[s + 1][i]:
-                        break
-                    ready = b_end[s + 1][i] + p2p[s] if s < p - 1 else 0
-                    end = max(free[s], ready) + bwd[s]
-                    b_end[s][i] = end
-                    free[s] = end + (p2p[s - 1] if s > 0 else 0)
-                pos[s] += 1
-                done += 1
-                progressed = True
-        if not progressed:  # cannot happen for 1F1B orders; a guard against an endless loop
-            raise GraphError(f"1F1B recursion stalled after {done} of {total} passes")
-    return [max(b_end[s]) for s in range(p)]
-
-
 def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
     plan: RowPlan = row.plan
     links = node_links(row, cal)
@@ -298,8 +283,10 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
     mbs, m, pp, dp = plan.micro_batch, plan.micro_batches, plan.pp, plan.dp
     act_bytes = row.seq_len * mbs * wmodel.hidden * 2
     ends = [[0] * pp for _ in range(dp)]
+    slowest: list[tuple[int, int, int, str]] = [(0, 0, 0, "")] * pp  # (fwd + bwd, fwd, bwd, device) per stage
+    p2p_max = [0] * pp
     for r in range(dp):
-        fwd, bwd, p2p = [], [], []
+        fwd, bwd, p2p, p2p_bwd = [], [], [], []
         for s, st in enumerate(plan.stages):
             pl = st.replicas[r]
             dev = _device(pl.device, cal)
@@ -308,13 +295,23 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
                             st.head, fam.host_module_ns, fam.name)
             fwd.append(f)
             bwd.append(b)
+            slowest[s] = max(slowest[s], (f + b, f, b, pl.device))
             if s < pp - 1:
-                p2p.append(_p2p_ns(act_bytes, pl, plan.stages[s + 1].replicas[r], links))
-        ends[r] = schedule_1f1b(fwd, bwd, p2p, m)
+                nxt = plan.stages[s + 1].replicas[r]
+                p2p.append(_p2p_ns(act_bytes, pl, nxt, links, partitioned=True))
+                p2p_bwd.append(_p2p_ns(act_bytes, nxt, pl, links, partitioned=GRAD_PARTITIONED[testbed]))
+                p2p_max[s] = max(p2p_max[s], p2p[-1], p2p_bwd[-1])
+        ends[r] = schedule_1f1b(fwd, bwd, p2p, m, p2p_bwd)
+    timings = []
     best = (0, 0.0, 0, 0)
     peak = (0.0, 1.0, False)
+    dims = block_dims(wmodel)
+    unbuildable = ""
     for s, st in enumerate(plan.stages):
-        params = _stage_params(wmodel, st.num_layers, st.embedding, st.head)
+        params = stage_params(dims, stage_content(st))
+        why = unbuildable_reason(dims, stage_content(st))
+        if why and not unbuildable:
+            unbuildable = f"stage {s}: {why}"
         stage_end = max(ends[r][s] for r in range(dp))
         tp = max(p.tp for p in st.replicas)
         grad_bytes = params // tp * fam.grad_reduce_bytes
@@ -332,39 +329,50 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
             t = kernel_time_ns(KernelClass.OPTIMIZER, 0, nbytes, dev, include_overhead=False) + \
                 (fam.optimizer_fixed_launches + 4 * st.num_layers) * dev.kernel_overhead_ns
             opt = max(opt, t, int((fam.optimizer_fixed_launches + 4 * st.num_layers) * fam.host_module_ns * 0.25))
-            need, cap = _memory_GiB(row, wmodel, s, pl, params, cal)
+            need, cap = _memory_GiB(row, wmodel, s, pl, cal)
             if need / cap > peak[0] / peak[1]:
                 peak = (need, cap, need > cap)
         total = stage_end + ar + opt
+        timings.append(StageTiming(s, slowest[s][3], max(p.tp for p in st.replicas), st.num_layers,
+                                   slowest[s][1] / 1e6, slowest[s][2] / 1e6, p2p_max[s] / 1e6, stage_end / 1e9,
+                                   ar / 1e9, opt / 1e9))
         if total > best[0]:
             best = (total, stage_end, ar, opt)
     total_ns = best[0] + cal.step_host_ns
-    return Prediction(row.row_id, total_ns / 1e9, peak[2], peak[0], peak[1], best[1] / 1e9, best[2] / 1e9,
-                      best[3] / 1e9)
+    reason = unbuildable or (f"out of memory: {peak[0]:.1f} of {peak[1]:.0f} GiB" if peak[2] else "")
+    return Prediction(row.row_id, total_ns / 1e9, bool(reason), peak[0], peak[1], best[1] / 1e9, best[2] / 1e9,
+                      best[3] / 1e9, reason, tuple(timings))
 
 
-def _memory_GiB(row: HeteroRow, wmodel: WorkloadModel, stage: int, pl: Placement, params: int,
-                cal: HeteroCalibration) -> tuple[float, float]:
-    """(need, capacity) of one GPU of a stage replica under DeepSpeed's fp16 pipeline: fp16 weights and gradients,
-    fp32 gradient copy for the all-reduce, fp32 master weights and Adam moments (20 B/param / TP); activations of
-    the micro-batches in flight under 1F1B (``min(stages - stage, micro-batches)``),
-    Korthikanti's per-layer bytes without sequence parallelism or recompute; fp32 logits and their gradient on the
-    last stage; a fixed reserve."""
+def _memory_GiB(row: HeteroRow, wmodel: WorkloadModel, stage: int, pl: Placement, cal: HeteroCalibration
+                ) -> tuple[float, float]:
+    """(need, capacity) of one GPU of a stage replica (xsim_trace.workload.pipeline_hetero) plus the reserve."""
     plan = row.plan
-    st = plan.stages[stage]
-    s, b, h, a, t = row.seq_len, plan.micro_batch, wmodel.hidden, wmodel.heads, pl.tp
-    state = params / t * 20
-    per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
-    pp = plan.pp
-    buffers = min(pp - stage, plan.micro_batches)  # 1F1B: micro-batches whose activations wait for their backward
-    act = per_layer * st.num_layers * buffers
-    if st.embedding:
-        act += s * b * h * 2 * buffers
-    if st.head:
-        act += s * b * wmodel.vocab / t * (2 + 4 + 4)  # fp16 logits, fp32 copy, fp32 softmax gradient
-    need = (state + act) / 2**30 + cal.reserved_GiB
-    return need, get_device(pl.device).hbm_GiB
+    need = stage_memory_bytes(block_dims(wmodel), stage_content(plan.stages[stage]), stage, plan.pp,
+                              plan.micro_batch, plan.micro_batches, pl.tp)
+    return need / 2**30 + cal.reserved_GiB, usable_GiB(pl.device)
 
 
-__all__ = ["CLUSTER_KEYWORDS", "FITTED", "HeteroCalibration", "NodeLinks", "Prediction", "node_links", "predict",
-           "row_cluster_name", "schedule_1f1b", "workload_model"]
+#: the memory CUDA reports as the device's total (nvidia-smi "Total"), where it is below the marketed size: ECC on
+#: GDDR6 (T4 on AWS g4dn: 15360 MiB of 16 GB) and the driver's own carve-out (V100-16GB: 16160 MiB; RTX 2080 Ti:
+#: 11019 MiB; TITAN RTX: 24220 MiB)
+REPORTED_TOTAL_MIB = {"T4": 15360, "V100-SXM2-16GB": 16160, "V100-PCIe-16GB": 16160, "RTX-2080-Ti": 11019,
+                      "Titan-RTX": 24220}
+
+
+def usable_GiB(device: str) -> float:
+    mib = REPORTED_TOTAL_MIB.get(device)
+    return mib / 1024 if mib else get_device(device).hbm_GiB
+
+
+def stage_content(st: RowStage) -> StageContent:
+    return StageContent(blocks=st.num_layers, embedding=st.embedding, final_norm=st.final_norm, head=st.head)
+
+
+def block_dims(wmodel: WorkloadModel) -> BlockDims:
+    return BlockDims(hidden=wmodel.hidden, ffn=wmodel.ffn, heads=wmodel.heads, vocab=wmodel.vocab,
+                     seq_len=wmodel.seq_len)
+
+
+__all__ = ["CLUSTER_KEYWORDS", "FITTED", "HeteroCalibration", "NodeLinks", "Prediction", "REPORTED_TOTAL_MIB",
+           "StageTiming", "node_links", "predict", "row_cluster_name", "schedule_1f1b", "usable_GiB", "workload_model"]

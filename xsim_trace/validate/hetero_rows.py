@@ -72,6 +72,7 @@ class RowStage:
     embedding: bool
     head: bool
     replicas: tuple[Placement, ...]  # one per data-parallel replica
+    final_norm: bool = False  # the final LayerNorm (Sailor: part of its head unit)
 
     @property
     def num_layers(self) -> int:
@@ -274,8 +275,8 @@ def parse_sailor_plan(raw: RawRow, model: RowModel, gpus: list[tuple[str, int]])
             node_devices.append(dev)
             node_sizes.append(n)
             placements.append(Placement(dev, tp, (node,) * tp))
-        stages.append(RowStage(units, _blocks(units, 1, model), units[0] == 0, units[1] == units_total,
-                               tuple(placements)))
+        head = units[1] == units_total
+        stages.append(RowStage(units, _blocks(units, 1, model), units[0] == 0, head, tuple(placements), head))
     plan = RowPlan("sailor", tuple(stages), mbs, m_count, tuple(node_devices), tuple(node_sizes))
     _check_gpus(raw, plan, gpus)
     return plan
@@ -347,8 +348,10 @@ def parse_amp_plan(raw: RawRow, model: RowModel, gpus: list[tuple[str, int]]) ->
             if len(devs) != 1:
                 raise RowError(raw.row_id, "plan", f"stage {s} replica {r}: TP group mixes {', '.join(sorted(devs))}")
             reps.append(Placement(devs.pop(), tp, tuple(x // per_node for x in ranks), ranks))
-        stages.append(RowStage(units, _blocks(units, 2, model), units[0] == 0, units[1] >= model.num_layers + 5,
-                               tuple(reps)))
+        a, b = units
+        norm_unit, head_unit = model.num_layers + 3, model.num_layers + 4
+        stages.append(RowStage(units, _blocks(units, 2, model), a == 0, a <= head_unit < b, tuple(reps),
+                               a <= norm_unit < b))
     return RowPlan("amp", tuple(stages), mbs, ga, tuple(node_devices), (per_node,) * len(node_devices))
 
 

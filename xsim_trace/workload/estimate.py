@@ -17,7 +17,7 @@ from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.ops import CommOp, pp_activation_bytes
+from xsim_trace.workload.ops import CommKind, CommOp, WaitOp, pp_activation_bytes
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.schedule import Step, stage_order
 from xsim_trace.workload.timing import Timer
@@ -107,16 +107,29 @@ def optimizer_step(program: Program, stage: int, n_dp: int, buckets: int, timer:
 
 
 def _pass_parts(ops: list, rank: int, timer: Timer) -> tuple[int, int, dict[str, int]]:
-    """(pass ns, GPU kernel ns, serial comm ns by kind) of one pass on ``rank``."""
+    """(pass ns, GPU kernel ns, comm ns by kind) of one pass on ``rank``: blocking collectives
+    count whole (serial), asynchronous ones (CP ring steps, ZeRO-3 gathers and reduce-scatters) by
+    what they add to the pass (the pass with them minus without them)."""
     compute = 0
     comm: dict[str, int] = {}
+    kinds: set[CommKind] = set()
     for op in ops:
-        ns = timer.device_ns(op, rank)
         if isinstance(op, CommOp):
-            comm[op.kind.value] = comm.get(op.kind.value, 0) + ns
-        else:
-            compute += ns
-    return timer.pass_ns(ops, rank), compute, comm
+            if op.asynchronous:
+                kinds.add(op.kind)
+                continue
+            comm[op.kind.value] = comm.get(op.kind.value, 0) + timer.device_ns(op, rank)
+        elif not isinstance(op, WaitOp):
+            compute += timer.device_ns(op, rank)
+    total = timer.pass_ns(ops, rank)
+    skipped: set[CommKind] = set()
+    before = total
+    for kind in sorted(kinds, key=lambda k: k.value):
+        skipped.add(kind)
+        without = timer.pass_ns(ops, rank, skip_async=frozenset(skipped))
+        comm[kind.value] = comm.get(kind.value, 0) + max(0, before - without)
+        before = without
+    return total, compute, comm
 
 
 def _run_schedule(fw, pass_ns: dict, p2p) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
@@ -201,11 +214,11 @@ def estimate(program: Program, timer: Timer) -> Estimate:
         coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
         nb = _buckets(dense + expert, fw)
         dp_ns = 0
-        if n_dp > 1:
+        if n_dp > 1 and not program.fsdp:
             dense_grads = dense + (expert if fw.ep == 1 else 0)
             per_bucket = timer.links.collective_ns(coll, (dense_grads * timer.grad_reduce_bytes) // nb, n_dp, inter)
             dp_ns = nb * per_bucket
-        if expert and fw.ep > 1:
+        if expert and fw.ep > 1 and not program.fsdp:
             edp = lay.expert_dp_group(rank)
             if len(edp) > 1:
                 dp_ns += timer.links.collective_ns(coll, expert * timer.grad_reduce_bytes, len(edp), timer.links.spans_nodes(edp))
@@ -213,9 +226,13 @@ def estimate(program: Program, timer: Timer) -> Estimate:
             exposed = max(dp_ns - last_bwd[s], dp_ns // nb)
         else:
             exposed = dp_ns
+        if program.syncs_tied_embedding(s):
+            pair = lay.embedding_group(rank)
+            exposed += timer.links.collective_ns(CollectiveType.ALL_REDUCE, program.tied_embedding_grad_bytes(timer), 2,
+                                                 timer.links.spans_nodes(pair))
         _, opt_ns = optimizer_step(program, s, n_dp, nb, timer)
         gather = 0
-        if fw.zero_stage >= 1 and n_dp > 1:
+        if fw.zero_stage >= 1 and n_dp > 1 and not program.fsdp:
             gather = nb * timer.links.collective_ns(CollectiveType.ALL_GATHER, (dense + expert) * PARAM_BYTES // nb, n_dp, inter)
             if fw.overlap_param_gather:
                 gather = gather // nb

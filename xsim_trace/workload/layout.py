@@ -70,3 +70,9 @@ class Layout:
     def pp_group(self, rank: int) -> tuple[int, ...]:
         c = self.coord(rank)
         return tuple(self.rank(Coord(c.tp, c.cp, c.dp, s)) for s in range(self.fw.pp))
+
+    def embedding_group(self, rank: int) -> tuple[int, ...]:
+        """The first and last stage's ranks of this tp/cp/dp coordinate (Megatron's embedding group:
+        they hold the two copies of a tied embedding)."""
+        c = self.coord(rank)
+        return (self.rank(Coord(c.tp, c.cp, c.dp, 0)), self.rank(Coord(c.tp, c.cp, c.dp, self.fw.pp - 1)))

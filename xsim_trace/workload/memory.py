@@ -64,8 +64,14 @@ def layer_activation_bytes(program: Program) -> int:
     if fw.recompute is Recompute.FULL:
         return 2 * s * b * h // (t if fw.sequence_parallel else 1)
     linear = 34 / t if fw.sequence_parallel else 10 + 24 / t
-    if m.is_moe:  # the MLP part (19 of the 34) scales with the routed tokens
-        linear += (19 / t if fw.sequence_parallel else 19 / t) * (m.moe_top_k * m.moe_ffn / m.ffn - 1)
+    if m.is_moe:  # the MLP part (19 of the 34) scales with the routed (and shared) tokens, on the MoE layers
+        moe_share = m.moe_layers / m.layers
+        linear += 19 / t * ((m.moe_top_k + m.moe_shared_experts) * m.moe_ffn / m.ffn - 1) * moe_share
+    if m.is_mla:
+        # Q and K (4 sbh of the 34) are a*qk wide, V and the output projection's input (4 sbh) a*v wide,
+        # sharded over TP; the replicated down projections keep their latents (and the RoPE key)
+        linear += (4 * (a * m.qk_head_dim - h) + 4 * (a * m.v_dim - h)) / (h * t)
+        linear += 2 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_dim) / h
     attn = 0.0 if (m.flash_attention or fw.recompute is Recompute.SELECTIVE) else 5 * a * m.seq_len / (h * t)
     return int(s * b * h * (linear + attn))
 
@@ -86,6 +92,9 @@ def stage_memory(program: Program, device: DeviceSpec) -> list[StageMemory]:
         grads = GRAD_BYTES * (t_dense // (dp if fw.zero_stage >= 2 else 1) + t_expert // (edp if fw.zero_stage >= 2 else 1))
         weights = WEIGHT_BYTES * (dense // (dp if fw.zero_stage >= 3 else 1) + expert // (edp if fw.zero_stage >= 3 else 1))
         layers = sum(c.layers for (s, _), c in program.chunks.items() if s == stage)
+        if program.fsdp:  # ZeRO-3: the unit running and the one prefetched are held unsharded
+            held = [i for (s, _), c in program.chunks.items() if s == stage for i in range(c.first_layer, c.first_layer + c.layers)]
+            weights += 2 * WEIGHT_BYTES * max(sum(program.unit_params("layer", i)) for i in held)
         if fw.schedule is Schedule.GPIPE:
             inflight = fw.microbatches
         else:

@@ -12,7 +12,9 @@ from typing import Any, Mapping
 
 from xsim_trace.errors import ConfigError
 
-_INT_FIELDS = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "seq_len", "moe_experts", "moe_top_k", "moe_ffn")
+_INT_FIELDS = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "seq_len", "moe_experts", "moe_top_k", "moe_ffn",
+               "moe_shared_experts", "moe_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim",
+               "v_head_dim")
 _BOOL_FIELDS = ("swiglu", "flash_attention", "tied_embeddings", "bias", "causal")
 _NORMS = ("layernorm", "rmsnorm")
 
@@ -40,6 +42,13 @@ class ModelSpec:
     norm: str = "layernorm"
     bias: bool = True
     causal: bool = True
+    moe_shared_experts: int = 0
+    moe_dense_layers: int = 0  # the first layers with a dense MLP (DeepSeek-V3: 3)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0  # > 0: multi-latent attention
+    qk_rope_dim: int = 0
+    qk_nope_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len"):
@@ -59,6 +68,12 @@ class ModelSpec:
                 f"expected 1 <= moe_top_k <= moe_experts, found top-k {self.moe_top_k} of {self.moe_experts}",
                 field="model.moe_top_k",
             )
+        if not 0 <= self.moe_dense_layers <= self.layers or (self.moe_dense_layers and not self.moe_experts):
+            raise ConfigError(f"expected 0 <= moe_dense_layers <= layers on an MoE model, found {self.moe_dense_layers}",
+                              field="model.moe_dense_layers")
+        if self.kv_lora_rank and min(self.qk_nope_dim, self.qk_rope_dim, self.v_head_dim) <= 0:
+            raise ConfigError("multi-latent attention needs positive qk_nope_dim, qk_rope_dim and v_head_dim",
+                              field="model.kv_lora_rank")
         if self.norm not in _NORMS:
             raise ConfigError(f"expected norm one of {', '.join(_NORMS)}, found {self.norm!r}", field="model.norm")
 
@@ -68,11 +83,34 @@ class ModelSpec:
 
     @property
     def kv_hidden(self) -> int:
+        """Width of K (and of V) per token as attention sees it (MLA: all heads, up-projected)."""
+        if self.is_mla:
+            return self.heads * self.qk_head_dim
         return self.kv_heads * self.head_dim
 
     @property
     def is_moe(self) -> bool:
         return self.moe_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_dim + self.qk_rope_dim if self.is_mla else self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Value (and attention output) dims per head."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.is_moe and layer >= self.moe_dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.moe_dense_layers if self.is_moe else 0
 
     def with_(self, **changes: Any) -> "ModelSpec":
         return dataclasses.replace(self, **changes)
@@ -80,10 +118,25 @@ class ModelSpec:
     # -- parameter counts (whole model, unsharded) ------------------------------------------------
     def attention_params(self) -> int:
         h = self.hidden
+        if self.is_mla:
+            a = self.heads
+            q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * self.qk_head_dim \
+                if self.q_lora_rank else h * a * self.qk_head_dim
+            kv = h * (self.kv_lora_rank + self.qk_rope_dim) + self.kv_lora_rank \
+                + self.kv_lora_rank * a * (self.qk_nope_dim + self.v_head_dim)
+            return q + kv + a * self.v_head_dim * h
         p = h * (h + 2 * self.kv_hidden) + h * h
         if self.bias:
             p += h + 2 * self.kv_hidden + h
         return p
+
+    def mla_replicated_params(self) -> int:
+        """Multi-latent attention parameters every TP rank holds whole: the query and KV down
+        projections and their norms (0 without MLA)."""
+        if not self.is_mla:
+            return 0
+        q = self.hidden * self.q_lora_rank + self.q_lora_rank
+        return q + self.hidden * (self.kv_lora_rank + self.qk_rope_dim) + self.kv_lora_rank
 
     def mlp_params(self, ffn: int | None = None) -> int:
         f = ffn or self.ffn
@@ -96,10 +149,12 @@ class ModelSpec:
     def norm_params(self) -> int:
         return 2 * self.hidden * (2 if self.norm == "layernorm" else 1)
 
-    def layer_params(self) -> int:
-        """Parameters of one layer (all experts counted for MoE; router included)."""
-        if self.is_moe:
-            mlp = self.moe_experts * self.mlp_params(self.moe_ffn) + self.hidden * self.moe_experts
+    def layer_params(self, moe: bool | None = None) -> int:
+        """Parameters of one layer (all experts counted for MoE; router included); ``moe`` picks a
+        dense or an MoE layer of a model that has both (default: MoE on an MoE model)."""
+        if self.is_moe if moe is None else moe:
+            experts = self.moe_experts + self.moe_shared_experts
+            mlp = experts * self.mlp_params(self.moe_ffn) + self.hidden * self.moe_experts
         else:
             mlp = self.mlp_params()
         return self.attention_params() + mlp + self.norm_params()
@@ -108,7 +163,8 @@ class ModelSpec:
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
     def total_params(self) -> int:
-        return self.layers * self.layer_params() + self.embedding_params() + self.hidden
+        layers = self.moe_layers * self.layer_params(True) + (self.layers - self.moe_layers) * self.layer_params(False)
+        return layers + self.embedding_params() + self.hidden
 
 
 def _model_from_entry(name: str, entry: Any, source: str) -> ModelSpec:

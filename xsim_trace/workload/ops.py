@@ -62,11 +62,27 @@ class ComputeOp:
 class CommOp:
     name: str
     kind: CommKind
-    collective: CollectiveType
+    collective: CollectiveType | None  # None for a ring step (``ring``)
     size_bytes: int  # the collective's buffer size per rank (Chakra comm_size convention)
+    #: issued at its place in the pass on the rank's comm stream without blocking the compute chain;
+    #: a later :class:`WaitOp` of the same name makes the next op wait for it (prefetch, overlap)
+    asynchronous: bool = False
+    #: one step of a ring over the op's group: send ``size_bytes`` to the next rank of the group and
+    #: receive as much from the previous one (context-parallel KV exchange)
+    ring: bool = False
+    #: another group than the kind's own: ``EXPERT_DP_GROUP`` (expert parameters under ZeRO-3)
+    group: str = ""
 
 
-Op = ComputeOp | CommOp
+@dataclass(frozen=True, slots=True)
+class WaitOp:
+    """The next op waits for the latest asynchronous :class:`CommOp` named ``name`` (a no-op when
+    none was issued in the pass)."""
+
+    name: str
+
+
+Op = ComputeOp | CommOp | WaitOp
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,35 +137,88 @@ def _tp_out(model: ModelSpec, fw: Framework, d: Dims, name: str) -> list[Op]:
     return [CommOp(name, CommKind.TP, coll, d.tokens * model.hidden * d.elt)]
 
 
-def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
-    """Scores, softmax and the weighted sum (one fused kernel with flash attention)."""
-    h_tp = model.hidden // fw.tp
+def attention_core_ops(model: ModelSpec, fw: Framework, d: Dims, *, cp_ring: bool = True) -> list[Op]:
+    """Scores, softmax and the weighted sum (one fused kernel with flash attention).  With context
+    parallelism, flash attention runs as a ring (:func:`expand_cp_ring` splits it into cp steps);
+    the unfused core (or ``cp_ring=False``: formats without point-to-point steps, SimAI) all-gathers
+    K and V over the CP group first, the same bytes per rank as the ring."""
     heads_tp = model.heads // fw.tp
-    flops = 4 * d.tokens * d.seq_kv * h_tp  # QK^T and AV, full (un-masked) count as in Megatron's formula
+    qk, v = model.qk_head_dim, model.v_dim
+    # QK^T and AV, full (un-masked) count as in Megatron's formula (4 t s h for qk = v = head_dim)
+    flops = 2 * d.tokens * d.seq_kv * heads_tp * (qk + v)
+    q_bytes = d.tokens * heads_tp * (qk + v) * d.elt  # Q in, O out
     ops: list[Op] = []
-    if fw.cp > 1:
-        kv = 2 * d.tokens * max(model.kv_hidden // fw.tp, model.head_dim) * d.elt
-        ops.append(CommOp("cp_kv_allgather", CommKind.CP, CollectiveType.ALL_GATHER, kv * fw.cp))
+    if fw.cp > 1 and not (model.flash_attention and cp_ring):
+        ops.append(CommOp("cp_kv_allgather", CommKind.CP, CollectiveType.ALL_GATHER, cp_kv_bytes(model, fw, d) * fw.cp))
     if model.flash_attention:
-        nbytes = (2 * d.tokens * h_tp + 2 * fw.cp * d.tokens * model.kv_hidden // max(fw.tp, 1)) * d.elt
-        shape = (fw.micro_batch * heads_tp, d.seq_kv, model.head_dim, int(model.causal))
+        nbytes = q_bytes + fw.cp * cp_kv_bytes(model, fw, d)
+        shape = (fw.micro_batch * heads_tp, d.seq_kv, qk, int(model.causal))
         ops.append(ComputeOp("flash_attention", KernelClass.ATTENTION, flops, nbytes, kernels=1, shape=shape))
         return ops
     score_bytes = fw.micro_batch * heads_tp * (d.tokens // fw.micro_batch) * d.seq_kv * d.elt
     core = HostGroup.ATTENTION_CORE
     q_len = d.tokens // fw.micro_batch
     bh = fw.micro_batch * heads_tp
-    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, flops // 2, 2 * d.tokens * h_tp * d.elt + score_bytes, 1,
-                         _CORE_SHARE, core, (q_len, d.seq_kv, model.head_dim, bh)))
+    ops.append(ComputeOp("attn_scores_bmm", KernelClass.GEMM, 2 * d.tokens * d.seq_kv * heads_tp * qk,
+                         d.tokens * heads_tp * 2 * qk * d.elt + score_bytes, 1, _CORE_SHARE, core, (q_len, d.seq_kv, qk, bh)))
     ops.append(_mem("attn_softmax_dropout", KernelClass.SOFTMAX, 3 * score_bytes, kernels=2, modules=_CORE_SHARE, group=core))
-    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, flops // 2, score_bytes + 2 * d.tokens * h_tp * d.elt, 1,
-                         _CORE_SHARE, core, (q_len, model.head_dim, d.seq_kv, bh)))
+    ops.append(ComputeOp("attn_context_bmm", KernelClass.GEMM, 2 * d.tokens * d.seq_kv * heads_tp * v,
+                         score_bytes + d.tokens * heads_tp * 2 * v * d.elt, 1, _CORE_SHARE, core, (q_len, v, d.seq_kv, bh)))
     return ops
 
 
-def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
+def cp_kv_bytes(model: ModelSpec, fw: Framework, d: Dims) -> int:
+    """Bytes of this rank's K and V block (its 1/cp of the sequence, its TP share of the heads; a
+    KV head is not split below one head when tp exceeds the KV heads)."""
+    if model.is_mla:
+        width = model.heads // fw.tp * (model.qk_head_dim + model.v_dim)
+    else:
+        width = 2 * max(model.kv_hidden // fw.tp, model.head_dim)
+    return d.tokens * width * d.elt
+
+
+CP_RING = "cp_kv_ring"
+FSDP_GATHER = "fsdp_param_allgather"
+FSDP_REDUCE = "fsdp_grad_reducescatter"
+EXPERT_SUFFIX = "_experts"
+EXPERT_DP_GROUP = "expert_dp"
+
+
+def expand_cp_ring(ops: list[Op], model: ModelSpec, fw: Framework) -> list[Op]:
+    """Context parallelism as a P2P ring (Megatron / Transformer Engine): the flash-attention op of
+    a pass becomes ``cp`` steps, each over 1/cp of the keys; before step i the ring sends the KV
+    block it holds to the next CP rank and receives the previous rank's, overlapped with step i
+    (the next step waits for it).  Backward passes K, V and the partial dK, dV (twice the bytes).
+    Under the load-balanced causal split (2 cp chunks per sequence) every step does half its dense
+    work, as the whole kernel did."""
+    if fw.cp == 1:
+        return ops
+    d = dims(model, fw)
+    out: list[Op] = []
+    for op in ops:
+        if not (isinstance(op, ComputeOp) and op.kernel_class is KernelClass.ATTENTION and op.shape):
+            out.append(op)
+            continue
+        bh, seq_kv, hd, causal = op.shape
+        # one module call issues the whole ring (Transformer Engine's context-parallel attention
+        # function loops over the steps): the steps share its host cost
+        step = dataclasses.replace(op, name=op.name + "_cp_step", flops=op.flops // fw.cp, host_weight=op.host_weight / fw.cp,
+                                   bytes_accessed=op.bytes_accessed // fw.cp, shape=(bh, seq_kv // fw.cp, hd, causal))
+        size = cp_kv_bytes(model, fw, d) * (2 if op.role == "bwd" else 1)
+        ring = CommOp(CP_RING + ("_bwd" if op.role == "bwd" else ""), CommKind.CP, None, size, True, True)
+        for i in range(fw.cp):
+            if i < fw.cp - 1:
+                out.append(ring)
+            out.append(step)
+            if i < fw.cp - 1:
+                out.append(WaitOp(ring.name))
+    return out
+
+
+def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -> list[Op]:
+    """The MLP of one layer: dense (``moe`` False, or a dense model), else the MoE block."""
     h, e = model.hidden, d.elt
-    if not model.is_moe:
+    if not (model.is_moe if moe is None else moe):
         f_tp = model.ffn // fw.tp
         up = (2 if model.swiglu else 1) * f_tp
         return [
@@ -166,45 +235,88 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     expert_tokens = int(fw.micro_batch * model.seq_len * model.moe_top_k * fw.moe_imbalance) // (fw.tp * fw.cp)
     expert_flops = 2 * expert_tokens * h * model.moe_ffn * mats
     expert_bytes = local_experts * mats * h * (model.moe_ffn // fw.etp) * e + 3 * expert_tokens * h * e
-    moe = HostGroup.MOE
+    moe_group = HostGroup.MOE
     ops: list[Op] = [
-        _gemm("moe_router", t_moe, model.moe_experts, h, e, group=moe),
-        _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe),
+        _gemm("moe_router", t_moe, model.moe_experts, h, e, group=moe_group),
+        _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe_group),
     ]
     if fw.ep > 1:
         ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, int(routed * fw.moe_imbalance) * h * e))
     # one expert MLP module per local expert (two GEMM launches each)
     per_expert = max(1, expert_tokens // local_experts)
     shape = (per_expert, mats * model.moe_ffn // fw.etp, h, local_experts)
-    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, 2 * local_experts, 0.5, moe,
+    ops.append(ComputeOp("moe_experts", KernelClass.GEMM, expert_flops, expert_bytes, 2 * local_experts, 0.5, moe_group,
                          shape, "fwd", True))
     ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp,
-                    kernels=local_experts, modules=local_experts, group=moe))
+                    kernels=local_experts, modules=local_experts, group=moe_group))
     if fw.ep > 1:
         ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, int(routed * fw.moe_imbalance) * h * e))
-    ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=moe))
+    ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=moe_group))
+    if model.moe_shared_experts:
+        # the shared experts: one dense MLP of width shared * moe_ffn over every token, TP-sharded
+        f_tp = model.moe_shared_experts * model.moe_ffn // fw.tp
+        up = (2 if model.swiglu else 1) * f_tp
+        ops += [_gemm("moe_shared_fc1", d.tokens, up, h, e, group=moe_group, linear=True),
+                _mem("moe_shared_act", KernelClass.ELEMENTWISE, (up + f_tp) * d.tokens * e, group=moe_group),
+                _gemm("moe_shared_fc2", d.tokens, h, f_tp, e, group=moe_group, linear=True)]
     return ops
 
 
-def layer_forward(model: ModelSpec, fw: Framework) -> list[Op]:
-    """One transformer layer's forward on one rank for one micro-batch, in execution order."""
+def qkv_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
+    """Projections into the attention core.  Multi-latent attention (Megatron's MLA layer): the
+    down projections of the query and of the joint KV latent (+ the shared RoPE key) are replicated
+    over TP; their norms, then the up projections sharded by heads."""
+    h, e = model.hidden, d.elt
+    if not model.is_mla:
+        qkv_out = (h + 2 * model.kv_hidden) // fw.tp
+        return [_gemm("qkv_proj", d.tokens, qkv_out, h, e, linear=True),
+                _mem("rope_bias", KernelClass.ELEMENTWISE, 2 * d.tokens * qkv_out * e)]
+    heads_tp = model.heads // fw.tp
+    q_out = heads_tp * model.qk_head_dim
+    ops: list[Op] = []
+    if model.q_lora_rank:
+        ops += [_gemm("mla_q_down", d.tokens, model.q_lora_rank, h, e, linear=True),
+                _mem("mla_q_norm", KernelClass.NORM, 2 * d.tokens * model.q_lora_rank * e),
+                _gemm("mla_q_up", d.tokens, q_out, model.q_lora_rank, e, linear=True)]
+    else:
+        ops.append(_gemm("mla_q_proj", d.tokens, q_out, h, e, linear=True))
+    kv_up_out = heads_tp * (model.qk_nope_dim + model.v_head_dim)
+    ops += [_gemm("mla_kv_down", d.tokens, model.kv_lora_rank + model.qk_rope_dim, h, e, linear=True),
+            _mem("mla_kv_norm", KernelClass.NORM, 2 * d.tokens * model.kv_lora_rank * e),
+            _gemm("mla_kv_up", d.tokens, kv_up_out, model.kv_lora_rank, e, linear=True),
+            _mem("rope_bias", KernelClass.ELEMENTWISE, 2 * d.tokens * (q_out + kv_up_out) * e)]
+    return ops
+
+
+def layer_forward(model: ModelSpec, fw: Framework, moe: bool | None = None) -> list[Op]:
+    """One transformer layer's forward on one rank for one micro-batch, in execution order; ``moe``
+    picks the MoE or the dense MLP on a model that has both (default: MoE on an MoE model)."""
+    return expand_cp_ring(_layer_forward(model, fw, moe), model, fw)
+
+
+def layer_forward_collective(model: ModelSpec, fw: Framework, moe: bool | None = None) -> list[Op]:
+    """One layer's forward with every communication a collective (no CP ring steps, no waits):
+    for formats that have no point-to-point steps (SimAI)."""
+    return _layer_forward(model, fw, moe, cp_ring=False)
+
+
+def _layer_forward(model: ModelSpec, fw: Framework, moe: bool | None, *, cp_ring: bool = True) -> list[Op]:
     d = dims(model, fw)
     h, e = model.hidden, d.elt
-    qkv_out = (h + 2 * model.kv_hidden) // fw.tp
+    moe = model.is_moe if moe is None else moe
     norm = KernelClass.NORM
     ops: list[Op] = [_mem("input_norm", norm, 2 * d.tokens_sp * h * e)]
     ops += _tp_in(model, fw, d, "tp_allgather_attn")
-    ops.append(_gemm("qkv_proj", d.tokens, qkv_out, h, e, linear=True))
-    ops.append(_mem("rope_bias", KernelClass.ELEMENTWISE, 2 * d.tokens * qkv_out * e))
-    ops += attention_core_ops(model, fw, d)
-    ops.append(_gemm("attn_out_proj", d.tokens, h, h // fw.tp, e, linear=True))
+    ops += qkv_ops(model, fw, d)
+    ops += attention_core_ops(model, fw, d, cp_ring=cp_ring)
+    ops.append(_gemm("attn_out_proj", d.tokens, h, model.heads // fw.tp * model.v_dim, e, linear=True))
     ops += _tp_out(model, fw, d, "tp_reduce_attn")
     ops.append(_mem("attn_residual_dropout", KernelClass.ELEMENTWISE, 3 * d.tokens_sp * h * e))
     ops.append(_mem("post_attn_norm", norm, 2 * d.tokens_sp * h * e))
-    if not model.is_moe:
+    if not moe:
         ops += _tp_in(model, fw, d, "tp_allgather_mlp")
-    ops += mlp_ops(model, fw, d)
-    if not model.is_moe:
+    ops += mlp_ops(model, fw, d, moe)
+    if not moe:
         ops += _tp_out(model, fw, d, "tp_reduce_mlp")
     ops.append(_mem("mlp_residual_dropout", KernelClass.ELEMENTWISE, 3 * d.tokens_sp * h * e))
     return with_lora(ops, fw)
@@ -249,6 +361,8 @@ def backward_of(ops: list[Op]) -> list[Op]:
     (2x FLOPs), attention 2x FLOPs, memory-bound ops 2x bytes; TP all-gather <-> reduce-scatter."""
     out: list[Op] = []
     for op in reversed(ops):
+        if isinstance(op, WaitOp):
+            raise ValueError("backward_of takes a forward op list before its CP ring is expanded")
         if isinstance(op, CommOp):
             out.append(CommOp(op.name + "_bwd", op.kind, _BWD_TP[op.collective], op.size_bytes))
         elif op.kernel_class is KernelClass.GEMM:
@@ -273,21 +387,19 @@ def backward_of(ops: list[Op]) -> list[Op]:
     return out
 
 
-def layer_backward(model: ModelSpec, fw: Framework) -> list[Op]:
+def layer_backward(model: ModelSpec, fw: Framework, moe: bool | None = None) -> list[Op]:
     """Backward of one layer, preceded by its recomputation under activation recompute."""
-    fwd = layer_forward(model, fw)
+    fwd = _layer_forward(model, fw, moe)
     pre: list[Op] = []
     if fw.recompute is Recompute.FULL:
-        pre = [_renamed(op, "recompute_") for op in fwd]
+        pre = [_renamed(op, "recompute_") for op in expand_cp_ring(fwd, model, fw)]
     elif fw.recompute is Recompute.SELECTIVE and not model.flash_attention:
         core = attention_core_ops(model, fw, dims(model, fw))
         pre = [_renamed(op, "recompute_") for op in core if isinstance(op, ComputeOp)]
-    return pre + backward_of(fwd)
+    return pre + expand_cp_ring(backward_of(fwd), model, fw)
 
 
 def _renamed(op: Op, prefix: str) -> Op:
-    if isinstance(op, CommOp):
-        return CommOp(prefix + op.name, op.kind, op.collective, op.size_bytes)
     return dataclasses.replace(op, name=prefix + op.name)
 
 

@@ -79,7 +79,7 @@ def predict(setup: Setup) -> Prediction:
         "pp": crit.pp_exposed_ns,
         "bubble": max(0, crit.pipeline_end_ns - crit.busy_ns - crit.pp_exposed_ns),
         "host": crit.host_exposed_ns + fixed_host,
-        "dp": crit.dp_exposed_ns + opt_stage.param_gather_ns,
+        "dp": crit.dp_exposed_ns + opt_stage.param_gather_ns + crit.comm("dp"),
         "optimizer": opt_stage.optimizer_ns - fixed_host,
     }
     fw = program.fw

@@ -70,12 +70,12 @@ def stage_simai_lines(model: ModelSpec, fw: Framework, timer: Timer, chunks: Seq
     else:
         lines.append(f"grad_param_comm\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tALLREDUCE\t{grads}\t100")
     blocks: list[tuple[str, list[O.Op]]] = []
-    layer_fwd = O.layer_forward(model, fw)
+    layer_fwd = {moe: O.layer_forward_collective(model, fw, moe) for moe in {False, model.is_moe}}
     for c in chunks:
         if c.has_embedding:
             blocks.append(("embedding_layer", O.embedding_forward(model, fw)))
-        for _ in range(c.layers):
-            blocks += _split(layer_fwd)
+        for layer in range(c.first_layer, c.first_layer + c.layers):
+            blocks += _split(layer_fwd[model.is_moe_layer(layer)])
         if c.has_head:
             blocks.append(("head_layer", O.head_forward(model, fw)))
     for name, fwd in blocks:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 
-from xsim_trace.devices.catalog import get_device, load_catalog
+from xsim_trace.devices.catalog import catalog_for
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.workload.comm import LinkModel
@@ -64,7 +64,7 @@ def make_setup(
     """Resolve names once: the model, the device (built-in catalog plus ``device_file``) and the
     framework family (default :data:`~xsim_trace.workload.families.DEFAULT_FAMILY`).  ``intra_GBps``:
     the intra-node rate per GPU per direction (a cluster's; default the device's NVLink)."""
-    dev = load_catalog(device_file).get(device) if device_file else get_device(device)
+    dev = catalog_for(device_file).get(device)
     family = get_family(framework)
     program = Program(get_model(model), fw)
     links = LinkModel.for_device(dev, gpus_per_node, nic_gbps_per_gpu, intra_GBps)

@@ -24,7 +24,7 @@ from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, make_node
 from xsim_trace.workload.estimate import PARAM_BYTES, _buckets, optimizer_step
 from xsim_trace.workload.layout import Coord, Layout
-from xsim_trace.workload.ops import CommKind, CommOp, Op, pp_activation_bytes
+from xsim_trace.workload.ops import FSDP_REDUCE, CommKind, CommOp, Op, WaitOp, pp_activation_bytes
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.schedule import Step, stage_order
 from xsim_trace.workload.timing import Timer
@@ -37,20 +37,37 @@ _RANK_PLACEHOLDER = -1
 @dataclass(frozen=True, slots=True)
 class RankRef:
     """A rank-specific value: ``kind`` is a process group (a ``CommKind`` value for an op's group,
-    ``dp_grads`` for the gradient-sync group, ``expert_dp`` for expert gradients), ``self`` (the
-    rank) or ``peer`` (the rank with the same tp/cp/dp coordinate on ``stage``)."""
+    ``dp_grads`` for the gradient-sync group, ``expert_dp`` for expert gradients, ``embedding`` for
+    the tied-embedding pair of the first and last stage), ``self`` (the rank), ``peer`` (the rank
+    with the same tp/cp/dp coordinate on ``stage``) or ``<kind>_next`` / ``<kind>_prev`` (the
+    rank's neighbours on the ring of its ``<kind>`` group)."""
 
     kind: str
     stage: int = -1
 
     @property
     def is_group(self) -> bool:
-        return self.kind not in ("self", "peer")
+        return self.kind not in ("self", "peer") and not self.is_ring
+
+    @property
+    def is_ring(self) -> bool:
+        return self.kind.endswith(("_next", "_prev"))
 
 
 SELF = RankRef("self")
 DP_GRADS = RankRef("dp_grads")
 EXPERT_DP = RankRef("expert_dp")
+EMBEDDING = RankRef("embedding")
+#: tags of ring steps (CP KV exchange) count up from here within a rank's trace; pipeline tags are
+#: per peer pair on other stages, so the two never meet on one (src, dst) pair
+RING_TAG_BASE = 1 << 30
+#: stream of ring receives, apart from the comm stream the sends use (a receive queued behind its
+#: own rank's send would deadlock a rendezvous p2p model)
+RING_RECV_STREAM = 2
+
+
+def _group_ref(op: CommOp) -> RankRef:
+    return RankRef(op.group or op.kind.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +92,7 @@ class RankTiming:
     dp_bucket_ns: int
     dp_expert_ns: int
     dp_allgather_ns: int
+    embedding_sync_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,19 +163,21 @@ class RankContext:
         refs: dict[RankRef, None] = {}
         for st in so.order:
             for _, op in so.passes[(st.chunk, st.forward)]:
-                if isinstance(op, CommOp):
-                    refs.setdefault(RankRef(op.kind.value))
-        if fw.dp * fw.cp > 1:
+                if isinstance(op, CommOp) and not op.ring:
+                    refs.setdefault(_group_ref(op))
+        if fw.dp * fw.cp > 1 and not self.program.fsdp:
             refs.setdefault(DP_GRADS)
         if self.has_expert_dp(stage):
             refs.setdefault(EXPERT_DP)
+        if self.program.syncs_tied_embedding(stage):
+            refs.setdefault(EMBEDDING)
         out = self._group_refs[stage] = tuple(refs)
         return out
 
     def has_expert_dp(self, stage: int) -> bool:
         """Whether ranks of ``stage`` reduce expert gradients over an expert-DP group of 2+ ranks."""
         _, expert = self.program.stage_trainable_params(stage)
-        return bool(expert) and self.fw.ep > 1 and len(
+        return bool(expert) and self.fw.ep > 1 and not self.program.fsdp and len(
             self.layout.expert_dp_group(self.layout.rank(Coord(0, 0, 0, stage)))) > 1
 
     # -- per rank ------------------------------------------------------------------------------
@@ -184,11 +204,18 @@ class RankContext:
                 allgather = links.collective_ns(
                     CollectiveType.ALL_GATHER, size, len(dp_members), links.spans_nodes(dp_members)
                 )
-        if expert and fw.ep > 1:
+        if expert and fw.ep > 1 and not self.program.fsdp:
             edp = lay.expert_dp_group(rank)
             if len(edp) > 1:
                 expert_ns = links.collective_ns(coll, expert * timer.grad_reduce_bytes, len(edp), links.spans_nodes(edp))
-        return RankTiming(c.pp, op_ns, send_ns, bucket, expert_ns, allgather)
+        if self.program.fsdp:
+            bucket = allgather = 0
+        embedding = 0
+        if self.program.syncs_tied_embedding(c.pp):
+            pair = lay.embedding_group(rank)
+            embedding = links.collective_ns(CollectiveType.ALL_REDUCE, self.program.tied_embedding_grad_bytes(timer),
+                                            2, links.spans_nodes(pair))
+        return RankTiming(c.pp, op_ns, send_ns, bucket, expert_ns, allgather, embedding)
 
     def peer(self, c: Coord, stage: int) -> int:
         return self.layout.rank(Coord(c.tp, c.cp, c.dp, stage))
@@ -199,6 +226,8 @@ class RankContext:
             return self.layout.dp_group(rank)
         if ref.kind == EXPERT_DP.kind:
             return self.layout.expert_dp_group(rank)
+        if ref.kind == EMBEDDING.kind:
+            return self.layout.embedding_group(rank)
         return self.timer.group(CommKind(ref.kind), rank)
 
     def values(self, refs: Iterable[RankRef], rank: int, group_id) -> dict[RankRef, Any]:
@@ -210,6 +239,9 @@ class RankContext:
                 out[ref] = rank
             elif ref.kind == "peer":
                 out[ref] = self.peer(c, ref.stage)
+            elif ref.is_ring:
+                kind, side = ref.kind.rsplit("_", 1)
+                out[ref] = self.timer.ring_peers(CommKind(kind), rank)[0 if side == "next" else 1]
             else:
                 out[ref] = group_id(self.members(ref, rank))
         return out
@@ -230,6 +262,9 @@ class _TemplateBuilder:
         self.refs: dict[RankRef, None] = {}
         self.prev: int | None = None
         self.cpu_prev: int | None = None
+        self.pending: dict[str, int] = {}  # asynchronous comm name -> the node a wait waits for
+        self.waits: list[int] = []  # nodes the next chained op waits for
+        self.ring_steps = 0
 
     def _add(self, name: str, node_type: NodeType, deps: Iterable[int | None], refs: dict[str, RankRef] | None = None,
              **attributes) -> int:
@@ -248,8 +283,13 @@ class _TemplateBuilder:
         self.prev = nid
         return nid
 
-    def op_node(self, op: Op, layer: int | None, microbatch: int, extra: Iterable[int | None] = ()) -> int:
+    def op_node(self, op: Op, layer: int | None, microbatch: int, extra: Iterable[int | None] = ()) -> int | None:
         timer = self.ctx.timer
+        if isinstance(op, WaitOp):
+            nid = self.pending.pop(op.name, None)
+            if nid is not None:
+                self.waits.append(nid)
+            return None
         common = {A.MICROBATCH: microbatch, A.IS_CPU_OP: False}
         if layer is not None:
             common[A.LAYER] = layer
@@ -266,6 +306,10 @@ class _TemplateBuilder:
                 microbatch=microbatch,
             )
         extra = [*extra, self.cpu_prev]
+        if isinstance(op, CommOp) and op.asynchronous:
+            return self.async_node(op, dur, common, extra)
+        extra += self.waits
+        self.waits = []
         if isinstance(op, CommOp):
             return self.chain(
                 op.name,
@@ -291,6 +335,28 @@ class _TemplateBuilder:
             duration_micros=dur // 1000,
             **common,
         )
+
+    def async_node(self, op: CommOp, dur: int, common: dict, extra: list) -> int:
+        """An asynchronous collective (or ring step: a send to the next rank, a receive from the
+        previous one) off the compute chain; a later wait makes the next chained op depend on it."""
+        deps = [self.prev, *extra]
+        if not op.ring:
+            nid = self._add(op.name, NodeType.COMM_COLL, deps, {A.PG_NAME: _group_ref(op)},
+                            comm_type=int(op.collective), comm_size=op.size_bytes, pg_name=_PG_PLACEHOLDER,
+                            comm_kind=op.kind.value, duration_ns=dur, duration_micros=dur // 1000, **common)
+            self.pending[op.name] = nid
+            return nid
+        tag = RING_TAG_BASE + self.ring_steps
+        self.ring_steps += 1
+        nxt, prv = RankRef(op.kind.value + "_next"), RankRef(op.kind.value + "_prev")
+        self._add(op.name + "_send", NodeType.COMM_SEND, deps, {A.COMM_SRC: SELF, A.COMM_DST: nxt},
+                  comm_src=_RANK_PLACEHOLDER, comm_dst=_RANK_PLACEHOLDER, comm_tag=tag, comm_size=op.size_bytes,
+                  comm_kind=op.kind.value, duration_ns=dur, duration_micros=dur // 1000, **common)
+        nid = self._add(op.name + "_recv", NodeType.COMM_RECV, deps, {A.COMM_SRC: prv, A.COMM_DST: SELF},
+                        comm_src=_RANK_PLACEHOLDER, comm_dst=_RANK_PLACEHOLDER, comm_tag=tag, comm_size=op.size_bytes,
+                        comm_kind=op.kind.value, stream=RING_RECV_STREAM, duration_ns=0, **common)
+        self.pending[op.name] = nid
+        return nid
 
     def build(self) -> RankTemplate:
         ctx, timing, so = self.ctx, self.timing, self.so
@@ -321,7 +387,9 @@ class _TemplateBuilder:
                 )
             ids = []
             for j, (layer, op) in enumerate(so.passes[(st.chunk, st.forward)]):
-                ids.append(self.op_node(op, layer, st.microbatch, [recv] if j == 0 else ()))
+                nid = self.op_node(op, layer, st.microbatch, [recv] if j == 0 else ())
+                if nid is not None:
+                    ids.append(nid)
             if recv is not None and not ids:
                 self.prev = recv
             if not st.forward:
@@ -347,8 +415,9 @@ class _TemplateBuilder:
         nb = _buckets(dense + expert, fw)
         coll = CollectiveType.REDUCE_SCATTER if fw.zero_stage >= 1 else CollectiveType.ALL_REDUCE
         last_compute = self.prev
-        bucket_ids: list[int] = []
-        if n_dp > 1:
+        # ZeRO-3 / FSDP reduce-scattered every unit inside the passes: the optimizer waits for those
+        bucket_ids: list[int] = [i for i, n in enumerate(self.nodes) if n.name == FSDP_REDUCE]
+        if n_dp > 1 and not program.fsdp:
             gb = timer.grad_reduce_bytes
             size = dense * gb // nb + (expert * gb // nb if fw.ep == 1 else 0)
             dur = timing.dp_bucket_ns
@@ -387,6 +456,22 @@ class _TemplateBuilder:
                     duration_micros=dur // 1000,
                 )
             )
+        if program.syncs_tied_embedding(stage):
+            # Megatron's finalize_model_grads: the first and last stage all-reduce the tied
+            # embedding's gradient after the DP reduction
+            dur = timing.embedding_sync_ns
+            bucket_ids.append(self._add(
+                "embedding_grad_allreduce",
+                NodeType.COMM_COLL,
+                [last_compute, bucket_ids[-1] if bucket_ids else None],
+                {A.PG_NAME: EMBEDDING},
+                comm_type=int(CollectiveType.ALL_REDUCE),
+                comm_size=program.tied_embedding_grad_bytes(timer),
+                pg_name=_PG_PLACEHOLDER,
+                comm_kind=CommKind.DP.value,
+                duration_ns=dur,
+                duration_micros=dur // 1000,
+            ))
         # -- optimizer --------------------------------------------------------------------------
         opt_bytes, opt_ns = optimizer_step(program, stage, n_dp, nb, timer)
         self.prev = last_compute
@@ -400,7 +485,7 @@ class _TemplateBuilder:
             duration_micros=opt_ns // 1000,
             is_cpu_op=False,
         )
-        if fw.zero_stage >= 1 and n_dp > 1:
+        if fw.zero_stage >= 1 and n_dp > 1 and not program.fsdp:
             size = (dense + expert) * PARAM_BYTES // nb
             dur = timing.dp_allgather_ns
             for k in range(nb):

@@ -18,7 +18,7 @@ from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.families import FrameworkFamily
 from xsim_trace.workload.host import HostModel
 from xsim_trace.workload.layout import Layout
-from xsim_trace.workload.ops import CommKind, CommOp, ComputeOp, Op
+from xsim_trace.workload.ops import CommKind, CommOp, ComputeOp, Op, WaitOp
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Timer:
         return t + (op.kernels + extra_kernels * op.kernels) * self.device.kernel_overhead_ns
 
     def host_ns(self, op: Op) -> int:
-        if isinstance(op, CommOp):
+        if isinstance(op, (CommOp, WaitOp)):
             return 0
         factor = self.host_model.factor(op.host_group, self.fw.ep)
         return int(round(op.kernels * op.host_weight * self.host_call_ns * factor))
@@ -80,12 +80,29 @@ class Timer:
             CommKind.PP: lay.pp_group,
         }[kind](rank)
 
+    def op_group(self, op: CommOp, rank: int) -> tuple[int, ...]:
+        """The process group ``op`` runs on for ``rank``: its kind's, or the one it names."""
+        if op.group == "expert_dp":
+            return self.layout.expert_dp_group(rank)
+        return self.group(op.kind, rank)
+
+    def ring_peers(self, kind: CommKind, rank: int) -> tuple[int, int]:
+        """(next, previous) rank of ``rank`` in its ``kind`` group, the ring a ring step runs on."""
+        members = self.group(kind, rank)
+        i = members.index(rank)
+        return members[(i + 1) % len(members)], members[(i - 1) % len(members)]
+
     def comm_ns(self, op: CommOp, rank: int) -> int:
-        members = self.group(op.kind, rank)
+        if op.ring:
+            nxt, _ = self.ring_peers(op.kind, rank)
+            return self.links.p2p_ns(op.size_bytes, self.links.spans_nodes((rank, nxt)))
+        members = self.op_group(op, rank)
         return self.links.collective_ns(op.collective, op.size_bytes, len(members), self.links.spans_nodes(members))
 
     def device_ns(self, op: Op, rank: int) -> int:
         """Time the op occupies its device stream."""
+        if isinstance(op, WaitOp):
+            return 0
         if isinstance(op, CommOp):
             return self.comm_ns(op, rank)
         return self.gpu_ns(op)
@@ -94,12 +111,29 @@ class Timer:
         """Device time of one op (host issue time not included; see :meth:`pass_ns`)."""
         return self.device_ns(op, rank)
 
-    def pass_ns(self, ops: "list[Op]", rank: int) -> int:
-        """A sequence issued by one host thread onto one stream: the later of the host finishing
-        its issue loop and the device finishing the work, with every op starting no earlier than
-        its issue (exact for a single in-order stream)."""
-        host = device = 0
+    def pass_ns(self, ops: "list[Op]", rank: int, *, skip_async: "frozenset[CommKind]" = frozenset()) -> int:
+        """A sequence issued by one host thread onto one compute stream and one comm stream: the
+        later of the host finishing its issue loop, the compute chain and the comm stream.  A
+        compute op starts no earlier than its issue and the previous op; a blocking collective also
+        waits for the comm stream; an asynchronous one starts on the comm stream when the chain has
+        reached it and only the op after a :class:`WaitOp` of its name waits for it (exact for the
+        generator's rank traces on a contention-free network).  Asynchronous ops of the kinds in
+        ``skip_async`` are left out (their exposed time is the difference)."""
+        host = device = comm_free = wait_until = 0
+        pending: dict[str, int] = {}
         for op in ops:
+            if isinstance(op, WaitOp):
+                wait_until = max(wait_until, pending.pop(op.name, 0))
+                continue
             host += self.host_ns(op)
-            device = max(device, host) + self.device_ns(op, rank)
-        return device
+            if isinstance(op, CommOp):
+                if op.asynchronous:
+                    if op.kind not in skip_async:
+                        comm_free = max(comm_free, device, host) + self.comm_ns(op, rank)
+                        pending[op.name] = comm_free
+                    continue
+                device = comm_free = max(device, host, wait_until, comm_free) + self.comm_ns(op, rank)
+            else:
+                device = max(device, host, wait_until) + self.gpu_ns(op)
+            wait_until = 0
+        return max(device, comm_free)

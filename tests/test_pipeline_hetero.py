@@ -1,0 +1,84 @@
+"""The DeepSpeed pipeline model (xsim_trace.workload.pipeline_hetero): stages DeepSpeed cannot build, per-GPU memory,
+the 1F1B recursion with separate forward / backward transfers, and its use by the heterogeneous prediction."""
+
+from __future__ import annotations
+
+import pytest
+
+from xsim_trace.validate.hetero_predict import predict
+from xsim_trace.validate.hetero_rows import parse_row
+from xsim_trace.workload.pipeline_hetero import (
+    BlockDims,
+    StageContent,
+    block_params,
+    param_groups,
+    schedule_1f1b,
+    stage_memory_bytes,
+    stage_params,
+    unbuildable_reason,
+)
+from test_hetero_accuracy import raw
+
+GPT2 = BlockDims(hidden=1024, ffn=4096, heads=16, vocab=52256, seq_len=1024)
+
+
+def test_block_params_gpt2_medium():
+    # 12 h^2 + 13 h: the published 24-layer / h1024 GPT-2 medium block
+    assert block_params(GPT2) == 12 * 1024 ** 2 + 13 * 1024
+    whole = StageContent(blocks=24, embedding=True, final_norm=True, head=False)
+    assert 350e6 < stage_params(GPT2, whole) < 360e6
+
+
+@pytest.mark.parametrize("content, buildable", [
+    (StageContent(0, True, False, False), False),   # embedding only: no bias, no LayerNorm
+    (StageContent(0, False, False, False), False),  # transposes only: no parameters at all
+    (StageContent(0, False, False, True), False),   # tied head (+ fp32 cast) only
+    (StageContent(0, False, True, True), True),     # final LayerNorm + head: both groups
+    (StageContent(1, True, False, False), True),    # embedding + a block
+    (StageContent(0, False, True, False), False),   # LayerNorm only: no weight-decay group
+])
+def test_empty_optimizer_group_is_unbuildable(content, buildable):
+    decay, no_decay = param_groups(GPT2, content)
+    assert (decay > 0 and no_decay > 0) == buildable
+    assert (unbuildable_reason(GPT2, content) == "") == buildable
+
+
+def test_memory_grows_with_in_flight_micro_batches_and_shrinks_with_tp():
+    st = StageContent(6, False, False, False)
+    first = stage_memory_bytes(GPT2, st, 0, 4, 2, 16, 1)
+    last = stage_memory_bytes(GPT2, st, 3, 4, 2, 16, 1)
+    assert first > last  # 1F1B: stage 0 keeps 4 micro-batches in flight, the last stage 1
+    assert stage_memory_bytes(GPT2, st, 0, 4, 2, 16, 2) < first
+    head = StageContent(0, False, True, True)
+    assert stage_memory_bytes(GPT2, head, 0, 1, 16, 1, 1) > 16 * 1024 * 52256 * 6  # fp32 + fp16 logits
+
+
+def test_1f1b_backward_transfer_separate_from_forward():
+    same = schedule_1f1b([1, 1], [2, 2], [5], 4)
+    assert schedule_1f1b([1, 1], [2, 2], [5], 4, [5]) == same
+    assert schedule_1f1b([1, 1], [2, 2], [5], 4, [20])[0] > same[0]
+
+
+def test_prediction_flags_a_stage_deepspeed_cannot_build():
+    plan = ("TP(mp)=1, DP=1, PP=16; layer boundaries [0, 1, 2, 3, 4, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 30] "
+            "(AMP indexing, 30 units); mbs=1; grad-accum=32; ranks 0-15, node k = ranks 4k..4k+3")
+    p = predict(parse_row(raw(plan=plan, mbs="1")))
+    assert p.out_of_memory and p.infeasible.startswith("stage 0: empty no-decay")
+    ok = predict(parse_row(raw()))
+    assert not ok.out_of_memory and ok.infeasible == "" and len(ok.stages) == 4
+    assert ok.stages[-1].device == "T4" and ok.stages[-1].p2p_ms == 0.0 and ok.stages[0].p2p_ms > 0
+
+
+def test_estimate_with_the_deepspeed_family_reports_its_pipeline_memory(capsys):
+    import json
+
+    from xsim_trace.cli.main import main
+
+    argv = ["estimate", "--model", "gpt3-1.3b", "--layers", "4", "--seq-len", "512", "--pp", "2", "--gbs", "8",
+            "--framework", "deepspeed", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [d["stage"] for d in out["deepspeed"]] == [0, 1]
+    assert all(d["unbuildable"] == "" and d["memory_GiB"] > 0 and not d["out_of_memory"] for d in out["deepspeed"])
+    assert main(argv[:-3] + ["--json"]) == 0  # other families: no DeepSpeed section
+    assert "deepspeed" not in json.loads(capsys.readouterr().out)
