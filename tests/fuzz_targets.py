@@ -219,7 +219,7 @@ def run_cluster(folder: Path, name: str, data: bytes) -> None:
 
 
 def run_plan(folder: Path, name: str, data: bytes) -> None:
-    from xsim_trace.rewrite.plan import load_plan
+    from xsim_trace.plan.parse import load_plan
 
     load_plan(_write(folder, name, data))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from xsim_trace.rewrite.templates import LayerTemplate, ModelTemplate, OpTemplate
+from xsim_trace.layer_templates.template import LayerTemplate, ModelTemplate, OpTemplate
 
 TINY_MODEL = {"num_layers": 4, "hidden": 768, "heads": 12, "ffn_hidden": 3072, "seq_len": 128, "vocab": 1000}
 
@@ -35,3 +35,19 @@ def plan_dict(**over: Any) -> dict:
     d = copy.deepcopy(d)
     d.update(over)
     return d
+
+
+def replay_uniform(result, bw_GBps: float, latency_ns: float = 0.0):
+    """Per-node times of the engine replay of a rewritten rank set on one switch whose every link
+    has ``bw_GBps`` and ``latency_ns`` (a rank-to-rank flow crosses two links), collectives walked as
+    ring schedules over those links (no NCCL latencies): hand numbers can be checked exactly."""
+    from xsim_trace.cluster import single_switch
+    from xsim_trace.evaluate.engine_times import engine_times
+    from xsim_trace.replay import ReplaySettings
+
+    return engine_times(result, single_switch(len(result.traces), bw_GBps, latency_ns), "analytical",
+                        ReplaySettings(collective_model="schedule"))
+
+
+def iteration_ns(times) -> int:
+    return max(t.end_ns for t in times.values()) - min(t.start_ns for t in times.values())

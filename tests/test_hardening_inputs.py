@@ -165,7 +165,7 @@ def test_named_threads_convert_the_same_in_every_process(tmp_path):
 
 
 def test_plan_counts_are_bounded(tmp_path):
-    from xsim_trace.rewrite.plan import load_plan
+    from xsim_trace.plan.parse import load_plan
 
     doc = yaml.safe_load(open("traces/plans/llama7b_h100_a100_pipeline.yaml", encoding="utf-8"))
     doc["device_groups"][1]["count"] = 2**63 - 1

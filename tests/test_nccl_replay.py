@@ -41,18 +41,16 @@ def test_forced_algorithm_changes_the_time():
     assert int(max(ring.times.end_ns)) > int(max(free.times.end_ns))  # NVLS beats the ring on H100
 
 
-def test_nccl_model_needs_contention_free_backend_and_cluster():
+def test_nccl_model_needs_a_cluster():
     cluster = load_cluster("a100-node")
-    flow = make_backend("flow", build_topology(cluster))
-    with pytest.raises(ConfigError, match="contention-free"):
-        replay(_traces(8, 1 << 20), flow, ReplaySettings(collective_model="nccl"), cluster=cluster)
     with pytest.raises(ConfigError, match="nccl_algo"):
         ReplaySettings(collective_model="schedule", nccl_algo="ring")
-    with pytest.raises(ConfigError, match="contention-free"):  # forcing NCCL's choice asks for the model
-        replay(_traces(8, 1 << 20), flow, ReplaySettings(nccl_algo="ring"), cluster=cluster)
     topo_only = make_backend("analytical", build_topology(cluster))
     with pytest.raises(ConfigError, match="needs the cluster"):
         replay(_traces(8, 1 << 20), topo_only, ReplaySettings(collective_model="nccl"))
+    flow_only = make_backend("flow", build_topology(cluster))
+    with pytest.raises(ConfigError, match="needs the cluster"):  # forcing NCCL's choice asks for the model
+        replay(_traces(8, 1 << 20), flow_only, ReplaySettings(nccl_algo="ring"))
     with pytest.raises(ConfigError):
         ReplaySettings(collective_model="nccl", nccl_proto="LL256")
 
@@ -79,8 +77,9 @@ def test_peer_skew_delays_mirrors_and_the_captured_rank_waits():
 
 
 def test_default_prices_collectives_with_nccl_model_where_priced_whole():
-    """auto (the default): the NCCL model on a closed-form backend with a cluster; the schedule's flows on a
-    flow backend, the schedule walk without a cluster or with a configured schedule; the result says which."""
+    """auto (the default): the NCCL model with a cluster (priced whole on a closed-form backend, as paced
+    flows on a flow backend); the schedule walk or its flows without a cluster or with a configured
+    schedule; the result says which."""
     cluster = load_cluster("a100-node")
     size = 64 << 20
     expect = price_collective(group_shape(cluster, range(8)), "all_reduce", size).time_ns
@@ -98,7 +97,10 @@ def test_default_prices_collectives_with_nccl_model_where_priced_whole():
     assert no_cluster.settings.collective_model == "schedule"
     assert int(max(no_cluster.times.end_ns)) == int(max(walked.times.end_ns))
     flow = replay(_traces(8, size), make_backend("flow", build_topology(cluster)), cluster=cluster)
-    assert flow.settings.collective_model == "schedule"  # collectives run as flows: no model to use
+    assert flow.settings.collective_model == "nccl"  # the model's price, carried by flows (replay/model_flows.py)
+    assert int(max(flow.times.end_ns)) == pytest.approx(5_000 + expect, abs=2)
+    flow_walk = replay(_traces(8, size), make_backend("flow", build_topology(cluster)), ReplaySettings(chunks=4), cluster=cluster)
+    assert flow_walk.settings.collective_model == "schedule"
 
 
 @pytest.mark.parametrize("tp,dp", [(4, 4), (8, 2)])

@@ -70,13 +70,9 @@ def test_every_compare_case_agrees_within_5_percent(case):
     assert hi <= 1.05 * lo, spans
 
 
-NS3_RING = pytest.mark.xfail(strict=True, reason="ns3 is 13% slower when two ranks send to each other at once "
-                             "(TCP data and ACKs of two connections per direction; docs/network.md)")
-
-
 @pytest.mark.slow
 @pytest.mark.skipif("ns3" not in available_backends(), reason="needs the ns3 extra")
-@pytest.mark.parametrize("case", [pytest.param(c, marks=NS3_RING) if c == "ring" else c for c in MICRO_CASES])
+@pytest.mark.parametrize("case", MICRO_CASES)
 def test_ns3_agrees_within_5_percent_on_every_compare_case(case):
     size = 8 * MiB if case in STAR_CASES else 16 * MiB
     cmp = compare_backends((*FLUID, "ns3"), case, 4, size, 12.5, 1000, keep_going=False)

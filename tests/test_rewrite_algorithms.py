@@ -8,8 +8,8 @@ import pytest
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.rewrite.lcm_rings import lcm_rings
-from xsim_trace.rewrite.partition import StageCapacity, largest_remainder, partition_layers, uniform_partition
-from xsim_trace.rewrite.reshard import (
+from xsim_trace.plan.layer_split import StageCapacity, largest_remainder, partition_layers, uniform_partition
+from xsim_trace.plan.reshard import (
     Endpoint,
     ReshardStrategy,
     SenderBalancer,
@@ -18,8 +18,8 @@ from xsim_trace.rewrite.reshard import (
     reshard_flows,
 )
 from xsim_trace.rewrite.rings import order_ring, slow_crossings, split_by_bandwidth
-from xsim_trace.rewrite.schedules import PipeOp, analytic_timeline, stage_ops
-from xsim_trace.rewrite.sweep import Segment, dp_intervals
+from xsim_trace.plan.schedules import analytic_timeline, stage_ops
+from xsim_trace.plan.dp_intervals import Segment, dp_intervals
 
 
 # --- LCM chunking ------------------------------------------------------------------------------

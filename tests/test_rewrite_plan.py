@@ -8,9 +8,10 @@ import re
 import pytest
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.rewrite.plan import load_plan, plan_from_mapping, stage_memory_bytes
-from xsim_trace.rewrite.reshard import ReshardStrategy
-from xsim_trace.rewrite.schedules import Schedule
+from xsim_trace.plan.memory import stage_memory_bytes
+from xsim_trace.plan.parse import load_plan, plan_from_mapping
+from xsim_trace.plan.reshard import ReshardStrategy
+from xsim_trace.plan.schedules import Schedule
 
 from rewrite_helpers import plan_dict
 
@@ -104,9 +105,9 @@ def test_interleaved_needs_one_range_per_chunk():
 
 
 def test_auto_partition_respects_device_memory():
-    from xsim_trace.rewrite.partitioning import resolve_partition
-    from xsim_trace.rewrite.plan import max_layers_in_memory
-    from xsim_trace.rewrite.templates import templates_from_model
+    from xsim_trace.plan.partition import resolve_partition
+    from xsim_trace.plan.memory import max_layers_in_memory
+    from xsim_trace.layer_templates.template import templates_from_model
 
     # Llama-2-7B at TP 1: the H100 stage would take ~3/4 of the layers by speed but holds only as many
     # as its 80 GB fit (16 B/param of state + in-flight activations); the rest move to the A100
@@ -124,7 +125,7 @@ def test_auto_partition_respects_device_memory():
 
 def test_wrong_type_for_a_mapping_field_is_one_line(tmp_path):
     from xsim_trace.errors import ConfigError
-    from xsim_trace.rewrite.plan import load_plan
+    from xsim_trace.plan.parse import load_plan
 
     p = tmp_path / "p.yaml"
     p.write_text("model: 7\npipelines: 3\n")
@@ -178,9 +179,9 @@ def test_pipeline_micro_batches_are_each_replicas_share_of_the_global_batch():
 def test_auto_partition_evaluates_the_slowest_stage_h100x8_tp8_to_a100x1_tp1():
     # rounding the throughput-proportional ideal (30.3 / 1.7) gives 30/2, which leaves the single
     # A100 (plus the output head) the bottleneck; evaluating the stages picks 31/1, and the replay agrees
-    from xsim_trace.rewrite.compare import evaluate
-    from xsim_trace.rewrite.partitioning import resolve_partition
-    from xsim_trace.rewrite.templates import templates_from_model
+    from xsim_trace.evaluate.compare import evaluate
+    from xsim_trace.plan.partition import resolve_partition
+    from xsim_trace.layer_templates.template import templates_from_model
 
     d = plan_dict(model={"preset": "llama2-7b", "seq_len": 2048}, micro_batches=8, partition="auto",
                   device_groups=[{"name": "h100", "device": "H100-SXM5-80GB", "count": 8},

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -12,14 +11,13 @@ from xsim_trace.graph.checks import check_rank_set
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Trace, make_metadata, make_node
 from xsim_trace.io import read_rank_set, write_rank_set
-from xsim_trace.rewrite.metrics import compute_metrics
-from xsim_trace.rewrite.plan import plan_from_mapping
-from xsim_trace.rewrite.quickreplay import quick_replay
+from xsim_trace.evaluate.metrics import compute_metrics
+from xsim_trace.plan.parse import plan_from_mapping
 from xsim_trace.rewrite.rewriter import rewrite
-from xsim_trace.rewrite.templates import extract_templates, templates_from_model
-from xsim_trace.rewrite.model_spec import ModelSpec
+from xsim_trace.layer_templates.template import extract_templates, templates_from_model
+from xsim_trace.plan.model_spec import ModelSpec
 
-from rewrite_helpers import TINY_MODEL, fixed_template, plan_dict
+from rewrite_helpers import TINY_MODEL, fixed_template, iteration_ns, plan_dict, replay_uniform
 
 
 def _comm_nodes(traces):
@@ -39,9 +37,9 @@ def _homogeneous(p: int, m: int, schedule: str = "1f1b", chunks: int = 1) -> dic
 @pytest.mark.parametrize("p,m", [(4, 8), (3, 5), (2, 2)])
 def test_homogeneous_1f1b_replays_with_bubble_p_minus_1_over_m_plus_p_minus_1(p, m):
     res = rewrite(plan_from_mapping(_homogeneous(p, m)), fixed_template(300_000, 600_000))
-    q = quick_replay(res.traces, lambda a, b: 100.0, latency_ns=0)
-    assert q.iteration_ns == (m + p - 1) * 900_000
-    met = compute_metrics(res.traces, q.times)
+    times = replay_uniform(res, 100.0)
+    assert iteration_ns(times) == (m + p - 1) * 900_000
+    met = compute_metrics(res.traces, times)
     assert [b.stage for b in met.bubbles] == list(range(p))
     for b in met.bubbles:
         assert b.busy_ns == m * 900_000
@@ -52,10 +50,9 @@ def test_homogeneous_1f1b_replays_with_bubble_p_minus_1_over_m_plus_p_minus_1(p,
 def test_interleaved_and_gpipe_replays_match_the_analytic_schedule():
     p, m, v = 2, 4, 2
     res = rewrite(plan_from_mapping(_homogeneous(p, m, "interleaved-1f1b", v)), fixed_template(300_000, 600_000))
-    q = quick_replay(res.traces, lambda a, b: 100.0, latency_ns=0)
-    assert q.iteration_ns == m * v * 900_000 + (p - 1) * 900_000
+    assert iteration_ns(replay_uniform(res, 100.0)) == m * v * 900_000 + (p - 1) * 900_000
     res = rewrite(plan_from_mapping(_homogeneous(3, 4, "gpipe")), fixed_template(300_000, 600_000))
-    assert quick_replay(res.traces, lambda a, b: 100.0, latency_ns=0).iteration_ns == (4 + 2) * 900_000
+    assert iteration_ns(replay_uniform(res, 100.0)) == (4 + 2) * 900_000
 
 
 def test_pp_boundary_with_equal_tp_is_tp_rank_to_tp_rank_and_transfers_cost_time():
@@ -66,9 +63,9 @@ def test_pp_boundary_with_equal_tp_is_tp_rank_to_tp_rank_and_transfers_cost_time
     assert {(n.comm_src, n.comm_dst) for n in sends} == {(0, 2), (1, 3), (2, 0), (3, 1)}
     assert {n.comm_size_bytes for n in sends} == {500_000} and {n.attr(A.COMM_KIND) for n in sends} == {"pp"}
     assert len(sends) == 2 * 2 * 4  # two TP ranks x fwd/bwd x 4 micro-batches
-    # 500 kB at 10 GB/s + 1 us = 51 us per hop; 4 hops in the critical path's fill and drain
-    fast = quick_replay(res.traces, lambda a, b: 1e9, latency_ns=0).iteration_ns
-    slow = quick_replay(res.traces, lambda a, b: 10.0, latency_ns=1000).iteration_ns
+    # 500 kB at 10 GB/s + 2 x 0.5 us = 51 us per hop; 4 hops in the critical path's fill and drain
+    fast = iteration_ns(replay_uniform(res, 1e6))
+    slow = iteration_ns(replay_uniform(res, 10.0, 500.0))
     assert slow - fast >= 2 * 51_000
 
 
@@ -107,7 +104,7 @@ def test_every_strategy_gives_a_consistent_rank_set_with_comm_kind_everywhere(st
     write_rank_set(str(tmp_path / "out"), res.traces, res.comm_groups)
     back = read_rank_set(str(tmp_path / "out"))
     assert back.ranks == list(range(12)) and back.comm_groups == res.comm_groups
-    met = compute_metrics(res.traces, quick_replay(res.traces, lambda a, b: 50.0).times)
+    met = compute_metrics(res.traces, replay_uniform(res, 50.0, 1000.0))
     assert [(b.boundary, b.kind, b.exchanges) for b in met.boundaries] == [
         (f"p{p}:{e}", "reshard", 4) for p in (0, 1) for e in ("v0->v1", "v1->v0")]  # fwd and bwd per replica
 
@@ -140,8 +137,7 @@ def test_sweep_line_groups_follow_the_replicas_stage_boundaries():
     assert dp == [("dp_allreduce_L0-12_ring0", (0, 2), 1200), ("dp_allreduce_L12-20_ring0", (1, 2), 800),
                   ("dp_allreduce_L20-32_ring0", (1, 3), 1200)]
     # the H100 replica is faster: its members wait at the barrier, the A100 ones do not
-    q = quick_replay(res.traces, lambda a, b: 100.0)
-    met = compute_metrics(res.traces, q.times)
+    met = compute_metrics(res.traces, replay_uniform(res, 100.0, 1000.0))
     waits = {(s.pg_name, s.rank): s.wait_ns for s in met.stragglers}
     assert all(w >= 0 for w in waits.values())
     assert any(w > 0 for (pg, r), w in waits.items() if r in (2, 3))
@@ -207,7 +203,7 @@ def test_catalog_templates_make_h100_stages_faster_than_a100():
 # --- the event-driven engine (xsim_trace.replay) ------------------------------------------------
 def test_homogeneous_1f1b_bubble_through_the_replay_engine():
     from xsim_trace.cluster import single_switch
-    from xsim_trace.rewrite.engine_replay import engine_times
+    from xsim_trace.evaluate.engine_times import engine_times
 
     p, m = 4, 6
     res = rewrite(plan_from_mapping(_homogeneous(p, m)), fixed_template(300_000, 600_000))
@@ -219,36 +215,22 @@ def test_homogeneous_1f1b_bubble_through_the_replay_engine():
         assert b.fraction == pytest.approx((p - 1) / (m + p - 1))
 
 
-def test_engine_and_quick_replay_agree_on_a_heterogeneous_rank_set():
-    from xsim_trace.cluster import single_switch
-    from xsim_trace.rewrite.engine_replay import engine_times
-
-    d = plan_dict(reshard="direct")
-    d["pipelines"][0]["replicas"] = 2
-    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=8_000, tp_coll_bytes=0, grad_bytes=0))
-    from xsim_trace.replay import ReplaySettings
-
-    # the quick replay walks ring schedules over the link bandwidth: compare with the engine's schedule walk
-    # (the engine's default NCCL model adds NCCL's per-collective latencies: +24 us on this plan)
-    eng = engine_times(res, single_switch(16, 1e6, 0.0), "analytical", ReplaySettings(collective_model="schedule"))
-    quick = quick_replay(res.traces, lambda a, b: 1e6, latency_ns=0).times
-    # the two differ only in rounding (the engine floors each transfer, the quick replay rounds up)
-    assert abs(max(t.end_ns for t in eng.values()) - max(t.end_ns for t in quick.values())) <= 8
-
-
 @pytest.mark.parametrize("strategy,fwd_ns,bwd_ns", [
-    # TP2 -> TP4, S = 8000 B, 10 GB/s, no latency.  direct: 4 concurrent 2000 B flows = 200 ns;
-    # leader: P2P 4000 B (400) then scatter 2000 B (200) forward, gather 2000 B (200) then P2P
-    # 4000 B (400) backward; broadcast: 4000 B per cluster from one root = 400 ns.  Then the
-    # consumer's TP ranks all-gather the whole 8000 B (ring: (k-1)/k of it per rank): over the 4
-    # destinations 600 ns forward, over the 2 backward 400 ns; after a broadcast each destination
-    # holds its cluster's half, so pairs across the 2 clusters all-gather (400 ns both ways).
-    ("direct", 200 + 600, 200 + 400), ("leader", 600 + 600, 600 + 400), ("broadcast", 400 + 400, 400 + 400)])
+    # TP2 -> TP4, S = 8000 B, 10 GB/s per link, no latency, collectives walked step by step.  direct:
+    # each source sends two 2000 B shares through its one link (400 ns) forward; backward each TP2
+    # destination receives two 2000 B shares through its link (400 ns).  leader: P2P 4000 B (400) then
+    # scatter 2000 B (200) forward, gather 2000 B (200) then P2P 4000 B (400) backward.  broadcast:
+    # 4000 B per cluster; forward a root and 2 destinations (a chain of 2 steps of 400 ns), backward a
+    # root and 1 destination (400).  Then the consumer's TP ranks all-gather the whole 8000 B (ring:
+    # (k-1)/k of it per rank): over the 4 destinations 600 ns forward, over the 2 backward 400 ns;
+    # after a broadcast each destination holds its cluster's half, so pairs across the 2 clusters
+    # all-gather (400 ns both ways).
+    ("direct", 400 + 600, 400 + 400), ("leader", 600 + 600, 600 + 400), ("broadcast", 800 + 400, 400 + 400)])
 def test_reshard_time_per_boundary_by_hand(strategy, fwd_ns, bwd_ns):
     d = plan_dict(reshard=strategy, device_groups=[{"name": "h100", "device": "H100", "count": 8},
                                                    {"name": "a100", "device": "H100", "count": 8}])
     res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=8_000))
-    met = compute_metrics(res.traces, quick_replay(res.traces, lambda a, b: 10.0, latency_ns=0).times)
+    met = compute_metrics(res.traces, replay_uniform(res, 10.0))
     got = {b.boundary: (b.exchanges, b.total_ns) for b in met.boundaries}
     assert got == {"p0:v0->v1": (4, 4 * fwd_ns), "p0:v1->v0": (4, 4 * bwd_ns)}
 
@@ -282,7 +264,7 @@ def test_embedding_and_head_gradients_join_the_first_and_last_interval_rings():
 @pytest.mark.parametrize("strategy", ["direct", "leader", "broadcast"])
 def test_interleaved_heterogeneous_dp_with_reshard_replays_on_the_engine(strategy):
     from xsim_trace.cluster import single_switch
-    from xsim_trace.rewrite.engine_replay import engine_times
+    from xsim_trace.evaluate.engine_times import engine_times
 
     d = plan_dict(model=dict(TINY_MODEL, num_layers=8), schedule="interleaved-1f1b", chunks=2, reshard=strategy,
                   micro_batches=4,
@@ -299,10 +281,10 @@ def test_interleaved_heterogeneous_dp_with_reshard_replays_on_the_engine(strateg
     assert {b for b, k in kinds if k == "reshard"} == {"p0:v0->v1", "p0:v1->v2", "p0:v2->v3",
                                                       "p0:v1->v0", "p0:v2->v1", "p0:v3->v2"}
     eng = engine_times(res, single_switch(16, 50.0, 1000.0), "analytical")
-    quick = quick_replay(res.traces, lambda a, b: 50.0, latency_ns=1000).times
-    assert set(eng) == set(quick)
-    e_end, q_end = max(t.end_ns for t in eng.values()), max(t.end_ns for t in quick.values())
-    assert abs(e_end - q_end) / q_end < 0.05  # same graph, two replay models (collective algorithms differ)
+    walk = replay_uniform(res, 50.0, 500.0)  # the same links, collectives as ring schedules
+    assert set(eng) == set(walk) == {(r, n.id) for r, t in res.traces.items() for n in t.nodes}
+    e_end, w_end = iteration_ns(eng), iteration_ns(walk)
+    assert abs(e_end - w_end) / w_end < 0.05  # same graph, two collective models (NCCL model vs ring walk)
 
 
 # --- conservation of bytes: one rule per quantity ---------------------------------------------------
@@ -352,7 +334,7 @@ def test_grad_dtype_and_distributed_optimizer_follow_the_plan():
     # reduce-scatter of the fp32 gradient, all-gather of the bf16 weights; no all-reduce
     assert kinds == {int(CollectiveType.REDUCE_SCATTER): params * 4, int(CollectiveType.ALL_GATHER): params * 2}
     plan = plan_from_mapping(dict(base, distributed_optimizer=True))
-    from xsim_trace.rewrite.plan import stage_memory_parts
+    from xsim_trace.plan.memory import stage_memory_parts
 
     sharded = stage_memory_parts(plan, plan.pipelines[0], 0).optimizer_bytes
     whole = stage_memory_parts(plan_from_mapping(base), plan.pipelines[0], 0).optimizer_bytes
@@ -397,3 +379,48 @@ def test_every_strategy_delivers_the_replicated_tensor_bytes_conserved(ts, td, s
         total, members = gathers.get(r, (size, 1))
         assert total == size
         assert got.get(r, 0) * members == size  # the disjoint part of the replicated tensor this rank keeps
+
+
+@pytest.mark.parametrize("strategy", ["direct", "leader", "broadcast"])
+def test_tp8_to_tp1_reshard_is_paced_by_the_one_destination_nic(strategy):
+    # H100 x8 TP 8 -> A100 x1 TP 1: every strategy delivers the whole tensor S to the single A100,
+    # through its one 200 Gb/s NIC (25 GB/s), so a forward exchange lasts at least S / 25 GB/s and,
+    # with the flows sharing that port, not much more (the engine once priced direct / leader 8x)
+    from xsim_trace.evaluate.engine_times import engine_times
+
+    size = 8_000_000
+    d = plan_dict(reshard=strategy, model=dict(TINY_MODEL, heads=24, num_layers=4), micro_batches=2,
+                  device_groups=[{"name": "h100", "device": "H100", "count": 8},
+                                 {"name": "a100", "device": "A100-SXM4-80GB", "count": 1, "nic_gbps": 200}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": 8, "layers": [0, 2]},
+                                         {"group": "a100", "tp": 1, "layers": [2, 4]}]}])
+    res = rewrite(plan_from_mapping(d), fixed_template(act_bytes=size))
+    met = compute_metrics(res.traces, engine_times(res))
+    fwd = {b.boundary: b.mean_ns for b in met.boundaries}["p0:v0->v1"]
+    floor = size / 25.0  # ns at 25 GB/s
+    assert floor <= fwd <= 1.2 * floor, (strategy, fwd, floor)  # broadcast: NCCL protocol overhead, +16%
+
+
+def test_interleaved_leader_reshard_with_two_boundaries_into_one_stage_replays_without_deadlock():
+    # stage 3 (A100 TP 4) all-gathers tensors of two boundaries (the plain PP one from stage 2 and
+    # the backward reshard from stage 0 over the chunk wrap); with the leader strategy its TP ranks
+    # get them in different orders, so one shared communicator deadlocked the replay (found by
+    # tools/plan_search_table.py): each boundary and direction now all-gathers on its own
+    from xsim_trace.evaluate.compare import evaluate
+
+    d = plan_dict(model=dict(TINY_MODEL, num_layers=8), schedule="interleaved-1f1b", chunks=2, reshard="leader",
+                  micro_batches=4, device_groups=[{"name": "h100", "device": "H100", "count": 8},
+                                                  {"name": "a100", "device": "A100-SXM4-80GB", "count": 8}],
+                  pipelines=[{"stages": [{"group": "h100", "tp": 2, "layers": [[0, 1], [4, 5]]},
+                                         {"group": "h100", "tp": 2, "layers": [[1, 2], [5, 6]]},
+                                         {"group": "a100", "tp": 4, "layers": [[2, 3], [6, 7]]},
+                                         {"group": "a100", "tp": 4, "layers": [[3, 4], [7, 8]]}]}])
+    plan = plan_from_mapping(d)
+    res, _, it = evaluate(plan, templates_from_model(ModelSpec(**dict(TINY_MODEL, num_layers=8)), "H100", 1))
+    gathers = {}
+    for t in res.traces.values():
+        for n in t.nodes:
+            if n.type == NodeType.COMM_COLL and int(n.comm_type) == int(CollectiveType.ALL_GATHER):
+                gathers.setdefault(n.pg_name, set()).add(n.attr(A.PP_BOUNDARY))
+    assert all(len(b) == 1 for b in gathers.values())  # one boundary per all-gather communicator
+    assert it > 0

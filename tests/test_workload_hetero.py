@@ -17,7 +17,7 @@ from xsim_trace.graph.checks import check_rank_set
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.io import read_rank_set
 from xsim_trace.rewrite.hetero_generate import generate_for_plan, load_plan_for_generate, plan_for_generate
-from xsim_trace.rewrite.plan import plan_from_mapping
+from xsim_trace.plan.parse import plan_from_mapping
 from xsim_trace.rewrite.rewriter import rewrite
 
 from rewrite_helpers import fixed_template, plan_dict
@@ -161,17 +161,35 @@ def test_cli_generate_replay_and_summary(tmp_path, capsys):
                  "--no-timeline"]) == 2
     err = capsys.readouterr().err
     assert "captured on A100-SXM4-80GB" in err and "H100-SXM5-80GB" in err
-    # KNOWN BUG (open, reported by helper a2): the retargeted replay deadlocks with the default NCCL collective
-    # model ("recv never matched (peer 4, tag 17)" on rank 0): the order in which a rank's pipeline sends and
-    # receives take its comm stream depends on timing, and these timings make a cycle.  Pinned to the schedule
-    # walk here until the engine/generator order p2p without depending on timing.
-    for cluster, d, extra in ((f"{out}.cluster.yaml", "r1", []),
-                              ("mixed-h100-a100", "r2", ["--retarget", "--collective-model", "schedule"])):
+    # the retargeted replay runs under the default NCCL collective model (it used to deadlock: the consumer's
+    # all-gather of a boundary tensor was created with the producer's send and could enter its TP group's
+    # stream before a TP collective of its previous op on one member and after it on another)
+    for cluster, d, extra in ((f"{out}.cluster.yaml", "r1", []), ("mixed-h100-a100", "r2", ["--retarget"])):
         assert main(["replay", str(out), "--cluster", cluster, "--out", str(tmp_path / d), "--no-plot", "--no-timeline",
                      *extra]) == 0
         rep = json.loads((tmp_path / d / "summary.json").read_text())
         assert rep["iteration_ns"] > 0
     assert "iteration time:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("reshard", ["direct", "leader"])
+def test_each_rank_enters_a_groups_collectives_in_program_order(tmp_path, reshard):
+    """On every rank the collectives of one process group form a dependency chain, so that every
+    member enters them in one order whatever the timing (NCCL requires it; a boundary all-gather
+    created with the producer's send used to float free of the consumer's TP collectives)."""
+    plan = _bad(tmp_path, "mb4", lambda d: d.update(micro_batches=4, global_batch=8, reshard=reshard))
+    out = tmp_path / "g"
+    assert main(["generate", "--model", "llama2-7b", "--plan", str(plan), "--out", str(out),
+                 "--cluster", "mixed-h100-a100"]) == 0
+    for rank, trace in read_rank_set(str(out)).traces.items():
+        before: dict[int, set[int]] = {}
+        last_of_group: dict[str, int] = {}
+        for n in sorted(trace.nodes, key=lambda n: n.id):  # ids follow creation: deps point back
+            before[n.id] = set().union(*([{d} | before[d] for d in n.deps] or [set()]))
+            if n.type == NodeType.COMM_COLL:
+                prev = last_of_group.get(n.pg_name)
+                assert prev is None or prev in before[n.id], (rank, n.pg_name, prev, n.name)
+                last_of_group[n.pg_name] = n.id
 
 
 def test_cli_simai_one_file_per_group(tmp_path, capsys):

@@ -105,8 +105,8 @@ def representatives(dp: int) -> np.ndarray:
 def cluster_for(dp: int):
     """The two-group cluster ``xsim generate --plan`` builds, each rank on a device of its group."""
     from xsim_trace.cluster.load import cluster_from_dict, cluster_to_dict
-    from xsim_trace.rewrite.engine_replay import plan_cluster
-    from xsim_trace.rewrite.plan import plan_from_mapping
+    from xsim_trace.evaluate.engine_times import plan_cluster
+    from xsim_trace.plan.parse import plan_from_mapping
 
     half = dp // 2
     stages = [{"group": g, "tp": TP, "layers": [10 * i, 10 * i + 10]} for i in range(PP) for g in ("@",)]

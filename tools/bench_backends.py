@@ -8,7 +8,13 @@ Workloads (on a preset cluster, default dgx-h100:128 = 1,024 ranks on a leaf/spi
             starts when the previous one has finished
   incast    --incast senders to rank 0 at once
 
+  step      --step-ranks ranks of a TP8 x DP training step (replay/sample.py tp_dp_step: TP all-reduces
+            per layer, a DP gradient all-reduce) replayed on each backend on dgx-h100 with the NCCL
+            collective model: the iteration time, its difference from analytical, and CPU seconds
+            (the measured fidelity and speed behind the default backend, docs/network.md)
+
 Usage: python tools/bench_backends.py [--cluster dgx-h100:128] [--backends analytical,flow]
+       [--step-ranks 64] [--skip-flows]
 """
 
 from __future__ import annotations
@@ -101,6 +107,34 @@ def incast(n_senders, size):
     return [(0, i, Flow(i, i + 1, 0, size)) for i in range(n_senders)], lambda fid, t: []
 
 
+def replay_step(names: list[str], ranks: int) -> None:
+    """One TP8 x DP step on dgx-h100 (8 GPUs a node) on each backend, NCCL model on every one."""
+    from xsim_trace.network.protocol import close_backend  # noqa: PLC0415
+    from xsim_trace.replay.api import replay  # noqa: PLC0415
+    from xsim_trace.replay.sample import tp_dp_step  # noqa: PLC0415
+
+    cluster = load_cluster(f"dgx-h100:{max(1, ranks // 8)}")
+    traces, groups = tp_dp_step(tp=8, dp=max(1, ranks // 8), layers=16)
+    topo = build_topology(cluster)
+    print(f"\nstep: TP8 x DP{max(1, ranks // 8)} on {cluster.name}, {sum(len(t.nodes) for t in traces.values())} nodes")
+    print(f"{'backend':<14} {'model':<9} {'iteration (ms)':>15} {'vs first':>14} {'CPU (s)':>8} {'nodes/s CPU':>12}")
+    ref = None
+    for b in names:
+        if b not in available_backends():
+            print(f"{b:<14} (not available)")
+            continue
+        backend = make_backend(b, topo)
+        c0 = time.process_time()
+        res = replay(traces, backend, comm_groups=groups, cluster=cluster)
+        cpu = time.process_time() - c0
+        close_backend(backend)
+        end = int(res.times.end_ns.max())
+        ref = end if ref is None else ref
+        nodes = int(res.times.end_ns.shape[0])
+        print(f"{b:<14} {res.settings.collective_model:<9} {end / 1e6:>15.3f} {(end - ref) / ref * 100:>+13.2f}% "
+              f"{cpu:>8.3f} {nodes / max(cpu, 1e-9):>12,.0f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="dgx-h100:128")
@@ -109,7 +143,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--incast", type=int, default=255)
     ap.add_argument("--bytes", type=int, default=64 << 20, help="all-reduce size (ring chunk = bytes / ranks)")
+    ap.add_argument("--step-ranks", type=int, default=64, help="ranks of the replayed training step (0: skip it)")
+    ap.add_argument("--skip-flows", action="store_true", help="only the replayed step")
     args = ap.parse_args(argv)
+    names = [b for b in args.backends.split(",") if b]
+    if args.skip_flows:
+        replay_step(names, args.step_ranks)
+        return 0
     t0 = time.perf_counter()
     topo = build_topology(load_cluster(args.cluster))
     build_s = time.perf_counter() - t0
@@ -120,7 +160,6 @@ def main(argv=None) -> int:
         f"perm {n}x{args.rounds} rounds": lambda: perm(n, args.rounds, max(1, args.bytes // n)),
         f"incast {min(args.incast, n - 1)}->1": lambda: incast(min(args.incast, n - 1), max(1, args.bytes // n)),
     }
-    names = [b for b in args.backends.split(",") if b]
     print(f"{'workload':<24} {'backend':<14} {'flows':>7} {'sim end (us)':>13} {'wall (s)':>9} {'us/flow':>9}")
     for wname, make in work.items():
         for b in names:
@@ -134,6 +173,8 @@ def main(argv=None) -> int:
             wall = time.perf_counter() - t0
             backend.close()
             print(f"{wname:<24} {b:<14} {flows:>7} {end / 1e3:>13.1f} {wall:>9.3f} {wall / max(flows, 1) * 1e6:>9.1f}")
+    if args.step_ranks:
+        replay_step(names, args.step_ranks)
     return 0
 
 

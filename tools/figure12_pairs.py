@@ -23,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from xsim_trace.cli.replay import DEFAULT_BACKEND  # noqa: E402
-from xsim_trace.rewrite.compare import evaluate  # noqa: E402
-from xsim_trace.rewrite.engine_replay import engine_times  # noqa: E402
-from xsim_trace.rewrite.plan import plan_from_mapping  # noqa: E402
-from xsim_trace.rewrite.templates import templates_from_model  # noqa: E402
+from xsim_trace.evaluate.compare import evaluate  # noqa: E402
+from xsim_trace.evaluate.engine_times import engine_times  # noqa: E402
+from xsim_trace.plan.parse import plan_from_mapping  # noqa: E402
+from xsim_trace.layer_templates.template import templates_from_model  # noqa: E402
 
 MODEL = {"name": "gpt-2.7b-h24", "num_layers": 32, "hidden": 3072, "heads": 24, "ffn_hidden": 12288, "vocab": 51200,
          "seq_len": 2048, "gated_mlp": False}

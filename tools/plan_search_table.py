@@ -23,10 +23,10 @@ sys.path.insert(0, str(REPO))
 
 from xsim_trace.plan.search import search  # noqa: E402
 from xsim_trace.plan.space import Space  # noqa: E402
-from xsim_trace.rewrite.compare import evaluate  # noqa: E402
-from xsim_trace.rewrite.engine_replay import engine_times  # noqa: E402
-from xsim_trace.rewrite.plan import load_plan  # noqa: E402
-from xsim_trace.rewrite.templates import templates_from_model  # noqa: E402
+from xsim_trace.evaluate.compare import evaluate  # noqa: E402
+from xsim_trace.evaluate.engine_times import engine_times  # noqa: E402
+from xsim_trace.plan.parse import load_plan  # noqa: E402
+from xsim_trace.layer_templates.template import templates_from_model  # noqa: E402
 
 PLANS = sorted((REPO / "traces" / "plans").glob("*.yaml"))
 
@@ -59,7 +59,7 @@ def bundled(backend: str) -> list[str]:
 def scale() -> list[str]:
     from xsim_trace.cluster import load_cluster
     from xsim_trace.plan.document import groups_from_cluster
-    from xsim_trace.rewrite.model_spec import ModelSpec
+    from xsim_trace.plan.model_spec import ModelSpec
     from xsim_trace.workload.model import get_model
 
     groups = groups_from_cluster(load_cluster("mixed-3group-1024"))

@@ -153,7 +153,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
 def _deployment_plan(path: str):
     """The parsed document when ``path`` is a heterogeneous deployment plan, else None."""
     from xsim_trace.rewrite.hetero_generate import is_deployment_plan
-    from xsim_trace.rewrite.plan import read_plan_document
+    from xsim_trace.plan.parse import read_plan_document
 
     try:
         doc = read_plan_document(path)

@@ -9,9 +9,7 @@ device group (``<OUT>.<group>.txt``).  Everything is built before the first file
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from xsim_trace.errors import ConfigError
 from xsim_trace.io import atomic_write, output_set, write_rank_set
 from xsim_trace.io.rankset import CLUSTER_SUFFIX
 from xsim_trace.rewrite.hetero_generate import HeteroWorkload, generate_for_plan, plan_for_generate
-from xsim_trace.rewrite.hetero_simai import group_simai_lines, simai_path
+from xsim_trace.plan.simai_groups import group_simai_lines, simai_path
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +32,7 @@ def _cluster_yaml(wl: HeteroWorkload, cluster_spec: str | None) -> str | None:
     hold the plan is an error."""
     from xsim_trace.cluster import load_cluster
     from xsim_trace.cluster.load import cluster_to_dict
-    from xsim_trace.rewrite.engine_replay import place_on_cluster, plan_cluster
+    from xsim_trace.evaluate.engine_times import place_on_cluster, plan_cluster
 
     if cluster_spec:
         cluster = place_on_cluster(wl.result, load_cluster(cluster_spec))

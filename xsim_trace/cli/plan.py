@@ -8,9 +8,9 @@ import sys
 
 from xsim_trace.cli.progress import RowProgress
 from xsim_trace.cli.rewrite import load_template
-from xsim_trace.rewrite.compare import compare, format_table, replay_quick
-from xsim_trace.rewrite.partitioning import resolve_partition
-from xsim_trace.rewrite.plan import load_plan
+from xsim_trace.evaluate.compare import compare, format_table
+from xsim_trace.plan.partition import resolve_partition
+from xsim_trace.plan.parse import load_plan
 
 _RESHARDS = ("direct", "leader", "broadcast")
 _PARTITIONS = ("given", "uniform", "auto")
@@ -70,12 +70,10 @@ def _choices(text: str | None, allowed: tuple[str, ...], what: str) -> list[str 
     return out
 
 
-def replay_for(cluster: str | None, backend: str, *, quick: bool = False):
-    """The replay used by compare: the quick replay, or the engine on ``cluster`` (None: a cluster
-    built from each plan's device groups) over ``backend``."""
-    if quick:
-        return replay_quick
-    from xsim_trace.rewrite.engine_replay import engine_times
+def replay_for(cluster: str | None, backend: str):
+    """The replay used by compare: the engine on ``cluster`` (None: a cluster built from each plan's
+    device groups) over ``backend`` (``--quick`` uses the closed form instead, no replay)."""
+    from xsim_trace.evaluate.engine_times import engine_times
 
     loaded = None
     if cluster is not None:

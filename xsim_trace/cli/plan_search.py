@@ -43,7 +43,7 @@ def _space(args: argparse.Namespace, cluster: Any):
     from xsim_trace.plan.document import groups_from_cluster
     from xsim_trace.plan.search import OBJECTIVES
     from xsim_trace.plan.space import Space
-    from xsim_trace.rewrite.model_spec import ModelSpec
+    from xsim_trace.plan.model_spec import ModelSpec
     from xsim_trace.workload.model import get_model
 
     if args.objective not in OBJECTIVES:
@@ -70,8 +70,8 @@ def _replay_one(job: tuple) -> int | None:
     if sum(st.tp for p in plan.pipelines for st in p.stages) > max_ranks:
         return None
     from xsim_trace.cluster import load_cluster
-    from xsim_trace.rewrite.compare import evaluate
-    from xsim_trace.rewrite.engine_replay import engine_times
+    from xsim_trace.evaluate.compare import evaluate
+    from xsim_trace.evaluate.engine_times import engine_times
 
     cluster = load_cluster(cluster_spec)
     return evaluate(plan, template, lambda res: engine_times(res, cluster, backend))[2]
@@ -170,7 +170,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from xsim_trace.cluster import load_cluster
     from xsim_trace.plan.document import plan_document
     from xsim_trace.plan.search import resolved, search
-    from xsim_trace.rewrite.templates import templates_from_model
+    from xsim_trace.layer_templates.template import templates_from_model
 
     cluster = load_cluster(args.cluster)
     space = _space(args, cluster)

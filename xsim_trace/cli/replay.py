@@ -14,8 +14,8 @@ DEFAULT_BACKEND = "analytical"
 def add_collective_model_flags(p: argparse.ArgumentParser) -> None:
     """--collective-model, --nccl-algo, --nccl-proto (replay and validate)."""
     p.add_argument("--collective-model", choices=("auto", "nccl", "schedule"), default="auto",
-                   help="what prices a collective on a closed-form backend (analytical): the NCCL model (NCCL's "
-                        "algorithm/protocol choice) or a walk of --algorithm's schedule; auto (default): nccl "
+                   help="what prices a collective: the NCCL model (NCCL's algorithm/protocol choice; whole on "
+                        "analytical, as paced flows on flow/ns3/analytical-ca) or --algorithm's schedule; auto (default): nccl "
                         "unless --algorithm/--chunks/--in-flight/delays configure a schedule")
     p.add_argument("--nccl-algo", metavar="ALGO", help="force the NCCL model's algorithm like NCCL_ALGO")
     p.add_argument("--nccl-proto", metavar="PROTO", help="force the NCCL model's protocol like NCCL_PROTO")

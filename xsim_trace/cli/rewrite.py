@@ -8,9 +8,10 @@ from pathlib import Path
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.io import find_rank_files, read_et, write_rank_set
-from xsim_trace.rewrite.plan import Plan, load_plan
+from xsim_trace.plan.model import Plan
+from xsim_trace.plan.parse import load_plan
 from xsim_trace.rewrite.rewriter import RewriteResult, rewrite
-from xsim_trace.rewrite.templates import ModelTemplate, extract_templates, templates_from_model
+from xsim_trace.layer_templates.template import ModelTemplate, extract_templates, templates_from_model
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,8 @@ class _Rec:
 
 class AnalyticalCongestionAwareBackend(SpeculativeBackend):
     name: ClassVar[str] = "analytical-ca"
-    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True)
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True,
+                                                                      lone_flow_timing=True)
 
     def __init__(self, topology: TopologyLike, *, rounding: str = "floor", chunk_bytes: int | None = DEFAULT_CHUNK_BYTES) -> None:
         self.topology = topology
@@ -106,6 +107,18 @@ class AnalyticalCongestionAwareBackend(SpeculativeBackend):
             if len(self._hops) < 1 << 20:
                 self._hops[key] = hit
         return hit
+
+    def lone_flow_ns(self, src: int, dst: int, size_bytes: int) -> float:
+        """A flow alone: every hop's latency, the message once at the slowest hop, and one chunk at each
+        other hop (the pipeline filling; the whole message per hop with store and forward)."""
+        links = tuple(self.topology.route(src, dst))
+        if not links:
+            return 0.0
+        s = float(size_bytes)
+        c = float(min(size_bytes, self.chunk_bytes)) if self.chunk_bytes else s
+        bw = [self._bw[l] for l in links]
+        slow = min(range(len(links)), key=bw.__getitem__)
+        return sum(self._lat[l] for l in links) + s / bw[slow] + sum(c / b for i, b in enumerate(bw) if i != slow)
 
     def _run(self, limit: float, stop_at_done: bool) -> int | None:
         """Run events with time <= limit.  One loop with local names: this is the hot path."""

@@ -60,7 +60,8 @@ def _ceil_ns(x: float) -> int:
 
 class FlowLevelBackend(SpeculativeBackend):
     name: ClassVar[str] = "flow"
-    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True)
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True,
+                                                                      lone_flow_timing=True)
 
     def __init__(self, topology: Any) -> None:
         self.topology = topology
@@ -318,6 +319,14 @@ class FlowLevelBackend(SpeculativeBackend):
         self._settle(now_ns)
         self._compact()
         return super().advance(now_ns)
+
+    def lone_flow_ns(self, src: int, dst: int, size_bytes: int) -> float:
+        """A flow alone: its bytes at the bottleneck (rounded up), then its path latency (rounded up)."""
+        links = tuple(self.topology.route(src, dst))
+        if not links:
+            return 0.0
+        tx = _ceil_ns(size_bytes / min(self._bw[l] for l in links)) if size_bytes else 0
+        return float(tx + _ceil_ns(sum(self._lat[l] for l in links)))
 
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         self._start_checks(flow, now_ns)

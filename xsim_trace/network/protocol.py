@@ -22,6 +22,8 @@ with :func:`capabilities_of` and use the matching protocol:
   bandwidth, even where the backend models no other contention;
 - ``prices_collectives``: the backend is a :class:`CollectivePricing` (a collective's duration
   from a cost model, without flows);
+- ``lone_flow_timing``: the backend is a :class:`LoneFlowTiming`: the duration of one flow alone in
+  the network, in closed form (what it adds to ``size / bottleneck``: latency, chunk pipelining);
 - ``needs_close``: the backend holds a resource (a worker process); call ``close()`` when done.
 
 Every backend has ``close()`` (a no-op where nothing is held).
@@ -55,6 +57,7 @@ class BackendCapabilities:
     contention_free: bool = False
     endpoint_sharing: bool = False
     prices_collectives: bool = False
+    lone_flow_timing: bool = False
     needs_close: bool = False
 
 
@@ -126,6 +129,14 @@ class PortBookedFlows(Protocol):
 
     def port_bw_Bpns(self) -> list[float]:
         """Bandwidth of every link (bytes/ns), by link id."""
+
+
+@runtime_checkable
+class LoneFlowTiming(Protocol):
+    """``capabilities.lone_flow_timing``: the closed-form duration of a flow alone in the network."""
+
+    def lone_flow_ns(self, src: int, dst: int, size_bytes: int) -> float:
+        """Start to landing of one ``size_bytes`` flow ``src -> dst`` with nothing else in flight."""
 
 
 @runtime_checkable

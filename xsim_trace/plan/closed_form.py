@@ -1,12 +1,13 @@
-"""The closed-form estimate of a whole plan: every pipeline by :mod:`xsim_trace.rewrite.stage_cost`,
+"""The closed-form estimate of a whole plan: every pipeline by :mod:`xsim_trace.plan.stage_cost`,
 then the DP gradient sync per sweep-line interval.
 
 Per pipeline: stage times per micro-batch (compute + TP collectives, embedding / head, the PP
 send/recv or reshard it waits for), ``m * max + (sum - max) / v`` for the pipeline, and when each
 stage's last backward ends (the backward drains from the last stage to the first, so stage ``s``
-ends ``sum_{j<s}`` of the earlier stages' backward before the pipeline does).  Per DP interval: a
-ring all-reduce of its gradient shard (the members' smallest TP shard) over the members' slowest
-NIC, starting when its last member is ready; the wait of the earlier members is straggler wait.
+ends ``sum_{j<s}`` of the earlier stages' backward before the pipeline does).  Per DP interval: the
+LCM rings' all-reduce, as long as the slowest member's ring all-reduce of its own TP shard on its
+own link (:func:`dp_sync_ns`: NVLink within one node, else its NIC), starting when its last member
+is ready; the wait of the earlier members is straggler wait.
 The step is the later of the last pipeline and the last all-reduce.  This is the one fast form the
 plan search prunes with and ``plan compare --quick`` reports; the replay costs what it keeps.
 """
@@ -17,12 +18,13 @@ from dataclasses import dataclass, replace
 from typing import Any, MutableMapping
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.rewrite.partition import uniform_partition
-from xsim_trace.rewrite.partitioning import boundaries, stage_costs
-from xsim_trace.rewrite.plan import Plan, PipelinePlan, stage_memory_bytes
-from xsim_trace.rewrite.stage_cost import StageCost, best_counts, pipeline_ns, ring_allreduce_ns
-from xsim_trace.rewrite.sweep import Segment, dp_intervals
-from xsim_trace.rewrite.template_set import Templates, TemplateSet, as_template_set
+from xsim_trace.plan.layer_split import uniform_partition
+from xsim_trace.plan.partition import boundaries, stage_costs
+from xsim_trace.plan.memory import stage_memory_bytes
+from xsim_trace.plan.model import Plan, PipelinePlan
+from xsim_trace.plan.stage_cost import StageCost, best_counts, pipeline_ns, ring_allreduce_ns
+from xsim_trace.plan.dp_intervals import Segment, dp_intervals
+from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
 
 #: share of a layer's forward + backward time that is backward (2 of 3 GEMM passes)
 BACKWARD_SHARE = 2 / 3
@@ -95,7 +97,7 @@ def estimate_pipeline(plan: Plan, index: int, templates: TemplateSet) -> Pipelin
     probe = replace(plan, pipelines=(pipe,))
     head = 1.0
     for s, st in enumerate(pipe.stages):
-        cap = plan.group(st.group).spec().hbm_bytes
+        cap = plan.stage_hbm_bytes(st)
         head = min(head, 1.0 - stage_memory_bytes(probe, pipe, s, counts[s]) / cap)
     pp = rs = 0.0
     for bd in boundaries(plan, index, templates):
@@ -120,6 +122,20 @@ def _segments(kinds: list[tuple[PipelinePlan, PipelineEstimate]], chunks: int) -
                 segs.append(Segment((k, s, c), start, start + n))
             start += n
     return segs
+
+
+def dp_sync_ns(plan: Plan, nbytes: float, members: int, stages: list, one_node: set[str]) -> float:
+    """The DP all-reduce of ``nbytes`` of gradient over ``members`` replicas whose stages are
+    ``stages``: the LCM rings run concurrently, and a member of TP ``t`` holds ``nbytes / t`` of the
+    gradient, which its ring(s) move through that rank's own link, so the sync lasts as long as the
+    slowest member's ring all-reduce of ``nbytes / t`` on its link: NVLink when every member sits in
+    one group placed within one node (``one_node``), else the member's NIC."""
+    intra = all(not st.mixed and st.group == stages[0].group for st in stages) and stages[0].group in one_node
+    out = 0.0
+    for st in stages:
+        for g in plan.stage_groups(st):
+            out = max(out, ring_allreduce_ns(nbytes / st.tp, members, g.intra_GBps if intra else g.nic_gbps / 8.0))
+    return out
 
 
 def model_flops_per_step(plan: Plan) -> float:
@@ -163,6 +179,12 @@ def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any
     end = max(e.pipeline_ns for e in ests)
     dp_ns = straggler = 0.0
     if plan.dp > 1:
+        used: dict[str, int] = {}
+        for (p, _), n in zip(kinds, mult):
+            for st in p.stages:
+                for g, k in st.parts:
+                    used[g] = used.get(g, 0) + n * k
+        one_node = {g.name for g in plan.groups if used.get(g.name, 0) <= g.devices_per_node}
         last_v = [len(p.stages) * plan.chunks - 1 for p, _ in kinds]
         for iv in dp_intervals(_segments(kinds, plan.chunks)):
             members = iv.members
@@ -175,16 +197,15 @@ def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any
             if all(c * len(kinds[k][0].stages) + s == last_v[k] for k, s, c in members):
                 nbytes += base.post_grad_bytes
             stages = [kinds[k][0].stages[s] for k, s, _ in members]
-            shard = nbytes / min(st.tp for st in stages)
-            bw = min(plan.group(st.group).nic_gbps for st in stages) / 8.0
-            ar = ring_allreduce_ns(shard, size, bw)
+            ar = dp_sync_ns(plan, nbytes, size, stages, one_node)
             ready = [kinds[k][1].finish_ns[s] for k, s, _ in members]
             dp_ns = max(dp_ns, ar)
             straggler = max(straggler, max(ready) - min(ready))
             end = max(end, max(ready) + ar)
     bubble = max(1.0 - m * c / e.pipeline_ns for (_, e), m in zip(kinds, m_of) for c in e.compute_ns)
     devices = sum(n * st.tp for (p, _), n in zip(kinds, mult) for st in p.stages)
-    peak = sum(n * plan.group(st.group).spec().peak_flops() * st.tp for (p, _), n in zip(kinds, mult) for st in p.stages)
+    peak = sum(n * plan.group(g).spec().peak_flops() * k for (p, _), n in zip(kinds, mult) for st in p.stages
+               for g, k in st.parts)
     step_s = end / 1e9
     tokens = plan.total_micro_batches * plan.model.micro_batch_size * plan.model.seq_len
     return PlanEstimate(

@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError, XsimError
-from xsim_trace.rewrite.model_spec import ModelSpec
-from xsim_trace.rewrite.partitioning import _chunked
-from xsim_trace.rewrite.plan import DeviceGroup, Plan, StagePlan
+from xsim_trace.plan.model_spec import ModelSpec
+from xsim_trace.plan.partition import _chunked
+from xsim_trace.plan.model import DeviceGroup, Plan, StagePlan
 
 
 def groups_from_cluster(cluster: Any) -> tuple[DeviceGroup, ...]:
@@ -38,7 +38,7 @@ def check_plan_fits(plan: Plan, cluster: Any, *, source: str | None = None) -> N
             continue
     used: dict[str, int] = {}
     for i, g in enumerate(plan.groups):
-        need = sum(st.tp for p in plan.pipelines for st in p.stages if st.group == g.name)
+        need = sum(k for p in plan.pipelines for st in p.stages for name, k in st.parts if name == g.name)
         used[g.device] = used.get(g.device, 0) + need
         if used[g.device] > have.get(g.device, 0):
             raise ConfigError(f"the plan uses {used[g.device]} {g.device} device(s), the cluster {cluster.name} has "
@@ -75,14 +75,14 @@ def _model_doc(m: ModelSpec) -> dict[str, Any]:
 
 
 def plan_document(plan: Plan, *, name: str | None = None) -> dict[str, Any]:
-    """The plan as a mapping :func:`xsim_trace.rewrite.plan.plan_from_mapping` reads back to the same
+    """The plan as a mapping :func:`xsim_trace.plan.model.plan_from_mapping` reads back to the same
     plan (consecutive identical pipelines become one entry with ``replicas``)."""
     if plan.needs_partition:
         raise ConfigError("resolve the layer partition before writing the plan", field="pipelines")
     pipes: list[dict[str, Any]] = []
     prev = None
     for i, p in enumerate(plan.pipelines):
-        stages = [{"group": s.group, "tp": s.tp,
+        stages = [{**({"groups": dict(s.split)} if s.split else {"group": s.group}), "tp": s.tp,
                    "layers": [list(c) for c in s.chunks] if plan.chunks > 1 else list(s.chunks[0])} for s in p.stages]
         key = (p.stages, plan.micro_batches_of(i))
         if key == prev:

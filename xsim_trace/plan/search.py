@@ -17,16 +17,16 @@ import bisect
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.plan.closed_form import PlanEstimate, estimate_pipeline, estimate_plan
 from xsim_trace.plan.space import Candidate, Replicas, Space, batch_shares, candidates, structures, variants, why_empty
-from xsim_trace.rewrite.plan import Plan
-from xsim_trace.rewrite.reshard import ReshardStrategy
-from xsim_trace.rewrite.schedules import Schedule
-from xsim_trace.rewrite.stage_cost import pipeline_ns, ring_allreduce_ns
-from xsim_trace.rewrite.template_set import Templates, as_template_set
+from xsim_trace.plan.model import Plan
+from xsim_trace.plan.reshard import ReshardStrategy
+from xsim_trace.plan.schedules import Schedule
+from xsim_trace.plan.stage_cost import pipeline_ns, ring_allreduce_ns
+from xsim_trace.layer_templates.per_stage import Templates, as_template_set
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ class _LayerRates:
     def layer_ns(self, group: str, tp: int) -> float:
         key = (group, tp)
         if key not in self.cache:
-            from xsim_trace.rewrite.partitioning import stage_costs
-            from xsim_trace.rewrite.plan import PipelinePlan, StagePlan
+            from xsim_trace.plan.partition import stage_costs
+            from xsim_trace.plan.model import PipelinePlan, StagePlan
 
             probe = Plan(model=self.space.model, groups=self.space.groups,
                          pipelines=(PipelinePlan((StagePlan(group, tp),)),), micro_batches=1, partition="auto")
@@ -134,15 +134,16 @@ def lower_bound_ns(space: Space, replicas: Sequence[Replicas], rates: _LayerRate
 
 def _first_sync_ns(space: Space, replicas: Sequence[Replicas], rates: "_LayerRates") -> float:
     """Every pipeline holds layer 0 on its first stage, which finishes last; the DP all-reduce of at
-    least one layer and the embedding over all pipelines starts then (the smallest shard, the
-    slowest NIC)."""
+    least one layer and the embedding over all pipelines starts then (at least the smallest shard on
+    the fastest link any member could use, NVLink or NIC: never above the closed form's sync)."""
     n = sum(r.count for r in replicas)
     if n < 2:
         return 0.0
     base = rates.tset.base
     tp = max(r.parts[0].tp for r in replicas)
-    nic = min(g.nic_gbps for g in space.groups if any(p.group == g.name for r in replicas for p in r.parts))
-    return ring_allreduce_ns((base.layer_grad_bytes + base.pre_grad_bytes) / tp, n, nic / 8.0)
+    bw = max(max(g.nic_gbps / 8.0, g.intra_GBps) for g in space.groups
+             if any(p.group == g.name for r in replicas for p in r.parts))
+    return ring_allreduce_ns((base.layer_grad_bytes + base.pre_grad_bytes) / tp, n, bw)
 
 
 def _shares(space: Space, cand: Candidate, tset, cache: dict) -> list[int]:
@@ -167,8 +168,6 @@ def _shares(space: Space, cand: Candidate, tset, cache: dict) -> list[int]:
 
 
 def _single(space: Space, cand: Candidate, r, m: int) -> Plan:
-    from xsim_trace.rewrite.plan import PipelinePlan
-
     one = Candidate((replace(r, count=1),), cand.schedule, cand.chunks, cand.reshard, cand.family)
     plan = one.plan(replace(space, micro_batches=m))
     return replace(plan, pipelines=(replace(plan.pipelines[0], micro_batches=m),), global_batch=0)

@@ -10,7 +10,7 @@ Two families, as the heterogeneous-training literature uses them:
   unlike TP degrees is a reshard (``direct`` / ``leader`` / ``broadcast``).
 
 A :class:`Candidate` fixes the structure; the layer split is the closed form's exact minimiser
-(:func:`xsim_trace.rewrite.stage_cost.best_counts`) and the batch shares are filled by water level
+(:func:`xsim_trace.plan.stage_cost.best_counts`) and the batch shares are filled by water level
 (:func:`batch_shares`).  ``Candidate.plan`` is the :class:`Plan` (layers to partition: ``auto``).
 """
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.rewrite.model_spec import ModelSpec
-from xsim_trace.rewrite.plan import DeviceGroup, PipelinePlan, Plan, StagePlan
-from xsim_trace.rewrite.reshard import ReshardStrategy
-from xsim_trace.rewrite.schedules import Schedule
+from xsim_trace.plan.model_spec import ModelSpec
+from xsim_trace.plan.model import DeviceGroup, PipelinePlan, Plan, StagePlan
+from xsim_trace.plan.reshard import ReshardStrategy
+from xsim_trace.plan.schedules import Schedule
 
 STAGE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)
 TP_DEGREES = (1, 2, 4, 8)
@@ -188,7 +188,6 @@ def candidates(space: Space) -> Iterator[Candidate]:
 def variants(space: Space, reps: tuple[Replicas, ...], family: str) -> Iterator[Candidate]:
     mixed_tp = any(len({p.tp for p in r.parts}) > 1 for r in reps)
     reshards = space.reshards if mixed_tp else (ReshardStrategy.DIRECT,)
-    n_pipes = sum(r.count for r in reps)
     for sched, v in space.schedules:
         if v > 1:
             stages = [sum(p.stages for p in r.parts) for r in reps]

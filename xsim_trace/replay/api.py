@@ -70,29 +70,29 @@ def _rank_classes(group_of: Callable[[int], str], num_ranks: int) -> list[int]:
 
 
 def collective_pricer(settings: ReplaySettings, cluster, backend, *, closed_form: bool | None = None):
-    """``(pricer, settings)``: the NCCL model (:class:`~xsim_trace.network.nccl.pricer.NcclPricer`) when
-    collectives are priced whole (a closed-form backend, ``closed_form`` not False) on a resolved cluster
-    and ``settings`` want it (``collective_model`` nccl, or auto with the schedule left at its defaults),
-    else None (the engine walks the schedule, or runs its flows); ``settings`` come back with the model
-    used.  An explicit ``nccl`` (or a forced NCCL algorithm/protocol) that cannot apply is a ConfigError."""
+    """``(pricer, settings)``: the NCCL model when ``settings`` want it (``collective_model`` nccl, or auto
+    with the schedule left at its defaults) on a resolved cluster: an
+    :class:`~xsim_trace.network.nccl.pricer.NcclPricer` where collectives are priced whole (a closed-form
+    backend, ``closed_form`` not False), else a :class:`~xsim_trace.replay.model_flows.ModelPacedFlows`
+    (the model's price carried by flows, so that contention can slow it); None when the schedule is
+    walked or run as flows.  ``settings`` come back with the model used.  An explicit ``nccl`` (or a
+    forced NCCL algorithm/protocol) without a resolved cluster is a ConfigError."""
     from xsim_trace.replay.collective_pricing import is_contention_free  # noqa: PLC0415
 
     explicit = settings.collective_model == "nccl" or bool(settings.nccl_algo or settings.nccl_proto)
     if not settings.wants_nccl():
         return None, settings.resolved("schedule")
-    whole = is_contention_free(backend) and closed_form is not False
-    resolved = isinstance(cluster, Cluster)
-    if whole and resolved:
+    if not isinstance(cluster, Cluster):
+        if explicit:
+            raise ConfigError("collective_model nccl needs the cluster the ranks run on", field="collective_model")
+        return None, settings.resolved("schedule")
+    if is_contention_free(backend) and closed_form is not False:
         from xsim_trace.network.nccl.pricer import NcclPricer  # noqa: PLC0415
 
         return NcclPricer(cluster, algo=settings.nccl_algo, proto=settings.nccl_proto), settings.resolved("nccl")
-    if explicit and not resolved:
-        raise ConfigError("collective_model nccl needs the cluster the ranks run on", field="collective_model")
-    if explicit:
-        name = getattr(backend, "name", type(backend).__name__)
-        raise ConfigError(f"collective_model nccl prices collectives whole: use a contention-free backend "
-                          f"(analytical), found {name}", field="collective_model")
-    return None, settings.resolved("schedule")
+    from xsim_trace.replay.model_flows import ModelPacedFlows  # noqa: PLC0415
+
+    return ModelPacedFlows(cluster, backend, algo=settings.nccl_algo, proto=settings.nccl_proto), settings.resolved("nccl")
 
 
 def replay(

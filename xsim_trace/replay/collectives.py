@@ -2,7 +2,9 @@
 is that start minus its own); then either a pricer gives every member's finish time at once
 (contention-free backend, see :mod:`~xsim_trace.replay.collective_pricing`), or it runs flow by
 flow: each chunk walks its schedule, a member issuing its sends of step s once its receives of the
-steps before have arrived, and ends once its own sends are delivered too."""
+steps before have arrived, and ends once its own sends are delivered too; or, with a ``lowering``
+(the NCCL model on a backend that runs flows, :mod:`~xsim_trace.replay.model_flows`), it runs the
+model-paced flows of its edges and ends ``latency`` after the last lands."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from xsim_trace.replay.collective_pricing import CollectivePricer, chunk_sizes
 from xsim_trace.replay.compile import CollectiveInstance, CompiledWorkload
 from xsim_trace.replay.events import EventQueue
 from xsim_trace.replay.flow_port import FlowPort
+from xsim_trace.replay.model_flows import ModelPacedFlows
 from xsim_trace.replay.schedule_cache import Plan, ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
 from xsim_trace.replay.streams import NodeTimes
@@ -39,7 +42,8 @@ class CollRun:
 
 class Collectives:
     def __init__(self, w: CompiledWorkload, settings: ReplaySettings, times: NodeTimes, queue: EventQueue,
-                 port: FlowPort, schedules: ScheduleCache, pricer: CollectivePricer | None) -> None:
+                 port: FlowPort, schedules: ScheduleCache, pricer: CollectivePricer | None,
+                 lowering: ModelPacedFlows | None = None) -> None:
         self.groups = w.groups
         self.instances = w.instances
         self.inst_of = w.coll_instance.tolist()
@@ -49,6 +53,7 @@ class Collectives:
         self.port = port
         self.schedules = schedules
         self.pricer = pricer
+        self.lowering = lowering
         self.delay = settings.endpoint_delay_ns
         self.red_delay = settings.reduction_delay_ns
         self.in_flight = settings.in_flight
@@ -79,11 +84,34 @@ class Collectives:
             for g, off in zip(inst.nodes, self.pricer.offsets_ns(inst, members)):
                 self.queue.node_done(g, now + off)
             return
+        if self.lowering is not None:
+            self._run_lowered(inst, members, now)
+            return
         sizes = chunk_sizes(max(inst.size_bytes, 1), self.nchunks)
         run = CollRun(inst, members, [self.schedules.plan(inst, cb) for cb in sizes])
         for c in range(min(self.in_flight, run.k)):
             for p in range(len(members)):
                 self.enter_step(run, c, p, 0, now)
+
+    # -- model-paced flows ----------------------------------------------------------------------
+    def _run_lowered(self, inst: CollectiveInstance, members: tuple[int, ...], now: int) -> None:
+        lc = self.lowering.lower(inst, members)
+        if not lc.flows:
+            for g in inst.nodes:
+                self.queue.node_done(g, now + lc.time_ns)
+            return
+        state = [len(lc.flows), now, inst, lc.latency_ns]  # flows left, latest landing less its path latency
+        for src, dst, nbytes, path_ns in lc.flows:
+            self.port.start(src, dst, nbytes, now, self._lowered_landed, (state, path_ns))
+
+    def _lowered_landed(self, arg, now: int) -> None:
+        state, path_ns = arg
+        state[0] -= 1
+        state[1] = max(state[1], now - path_ns)  # a float: the lone-flow extra need not be whole ns
+        if not state[0]:
+            end = round(state[1]) + state[3]
+            for g in state[2].nodes:
+                self.queue.node_done(g, end)
 
     # -- the flow path --------------------------------------------------------------------------
     def enter_step(self, run: CollRun, c: int, p: int, s: int, now: int) -> None:

@@ -44,6 +44,7 @@ from xsim_trace.replay.compiled_loop import run_compiled
 from xsim_trace.replay.compile import K_COLL, K_RECV, K_SEND, CompiledWorkload
 from xsim_trace.replay.events import EventQueue
 from xsim_trace.replay.flow_port import NO_HORIZON_NS, FlowPort, make_flow
+from xsim_trace.replay.model_flows import ModelPacedFlows
 from xsim_trace.replay.p2p import P2PMatcher
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
@@ -94,7 +95,9 @@ class Engine:
 
     ``closed_form``: price collectives whole (default: when the backend is contention-free);
     ``pricer``: what prices them (default: a walk of the algorithm's chunk schedule with the
-    backend's uncontended transfer times, :class:`ScheduleWalkPricer`)."""
+    backend's uncontended transfer times, :class:`ScheduleWalkPricer`).  On the flow path a
+    :class:`~xsim_trace.replay.model_flows.ModelPacedFlows` as ``pricer`` runs each collective as the
+    NCCL model's paced flows instead of its schedule's."""
 
     def __init__(
         self,
@@ -118,6 +121,10 @@ class Engine:
         self.closed_form = ok if closed_form is None else (closed_form and ok)
         self.progress = progress
         self.schedules = ScheduleCache(workload, backend, self.settings, self.node_of)
+        lowering = isinstance(pricer, ModelPacedFlows)
+        self.lowering = pricer if lowering and not self.closed_form else None
+        if lowering and self.closed_form:
+            pricer = pricer.pricer  # its model, priced whole
         self.pricer = (pricer or ScheduleWalkPricer(self.schedules, self.settings)) if self.closed_form else None
         self._booked = False
         self.compiled = self._compiled_applies(compiled)
@@ -147,7 +154,7 @@ class Engine:
         queue = EventQueue()
         port = FlowPort(self.backend)
         streams = Streams(w, times, queue, self.progress)
-        colls = Collectives(w, self.settings, times, queue, port, self.schedules, self.pricer)
+        colls = Collectives(w, self.settings, times, queue, port, self.schedules, self.pricer, self.lowering)
         p2p = P2PMatcher(w, self.settings, times, queue, port)
         streams.on_collective = colls.arrive
         streams.on_p2p = p2p.arrive

@@ -89,8 +89,8 @@ class ReplaySettings:
     #: ``nccl_proto`` force them like NCCL_ALGO / NCCL_PROTO), ``schedule`` (walk the configured
     #: algorithm's chunk schedule over the backend), or ``auto`` (the default): ``nccl`` when a resolved
     #: cluster is given and the schedule is left at its defaults (no algorithm, chunking or delay set),
-    #: else ``schedule``.  Backends that run collectives as flows always run the schedule's flows;
-    #: an explicit ``nccl`` there is an error.  :meth:`resolved` gives the model a replay used.
+    #: else ``schedule``.  Backends that run collectives as flows run the model's price as paced flows
+    #: (:mod:`xsim_trace.replay.model_flows`).  :meth:`resolved` gives the model a replay used.
     collective_model: str = "auto"
     nccl_algo: str | None = None
     nccl_proto: str | None = None

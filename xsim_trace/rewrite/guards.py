@@ -12,7 +12,7 @@ from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.model import Trace
-from xsim_trace.rewrite.model_spec import ModelSpec
+from xsim_trace.plan.model_spec import ModelSpec
 
 
 def _meta_int(trace: Trace, name: str) -> int | None:

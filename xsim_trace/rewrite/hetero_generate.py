@@ -1,7 +1,7 @@
 """Heterogeneous workloads from a deployment plan (``xsim generate --plan PLAN.yaml``).
 
 One template per (device group, TP degree) from the workload generator's ops timed on that group's
-device (:mod:`xsim_trace.rewrite.group_templates`), the rewriter for the plan's layout, reshards,
+device (:mod:`xsim_trace.layer_templates.generated`), the rewriter for the plan's layout, reshards,
 LCM DP rings and schedule, and per stage the plan's memory model (the one ``xsim plan check``
 enforces) as a report with an out-of-memory flag instead of an error.
 """
@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from xsim_trace.errors import ConfigError, XsimError
-from xsim_trace.rewrite.group_templates import group_templates, layer_compute_ns, workload_model
-from xsim_trace.rewrite.layout import Layout, layout
-from xsim_trace.rewrite.model_spec import ModelSpec
-from xsim_trace.rewrite.plan import Plan, plan_from_mapping, read_plan_document, stage_memory_parts
+from xsim_trace.layer_templates.generated import group_templates, layer_compute_ns, workload_model
+from xsim_trace.plan.placement import Layout, layout
+from xsim_trace.plan.model_spec import ModelSpec
+from xsim_trace.plan.memory import stage_memory_parts
+from xsim_trace.plan.model import Plan
+from xsim_trace.plan.parse import plan_from_mapping, read_plan_document
 from xsim_trace.rewrite.rewriter import RewriteResult, rewrite
-from xsim_trace.rewrite.templates import ModelTemplate
+from xsim_trace.layer_templates.template import ModelTemplate
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +148,7 @@ class HeteroWorkload:
 def generate_for_plan(plan: Plan, wmodel=None, *, traces: bool = True) -> HeteroWorkload:
     """Per-rank traces for ``plan`` with every stage timed on its own group's device and TP degree
     (``traces=False``: templates, layout and reports only)."""
-    from xsim_trace.rewrite.partitioning import resolve_partition
+    from xsim_trace.plan.partition import resolve_partition
     from xsim_trace.workload.memory import StageMemory
 
     wmodel = wmodel if wmodel is not None else workload_model(plan.model)
@@ -164,16 +166,18 @@ def generate_for_plan(plan: Plan, wmodel=None, *, traces: bool = True) -> Hetero
         raise type(exc)(exc.message, file=plan.source, **exc.context) from None
     lay = res.layout if res is not None else layout(plan)
     stages = []
+    group_of = {r.rank: r.group for r in lay.ranks}
     for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
             parts = stage_memory_parts(plan, pipe, j)
-            cap = plan.group(st.group).spec().hbm_bytes
-            fwd, bwd = layer_compute_ns(templates[(st.group, st.tp)])
-            stages.append(StageReport(
-                pipeline=i, stage=j, group=st.group, device=plan.group(st.group).device, tp=st.tp, layers=st.chunks,
-                ranks=lay.of(i, j), layer_fwd_ns=fwd, layer_bwd_ns=bwd,
-                memory=StageMemory(j, parts.params, parts.weights_bytes, parts.grads_bytes, parts.optimizer_bytes,
-                                   parts.activations_bytes, cap)))
+            for name, _ in st.parts:  # a TP group over device groups: a report per group
+                g = plan.group(name)
+                fwd, bwd = layer_compute_ns(templates[(name, st.tp)])
+                stages.append(StageReport(
+                    pipeline=i, stage=j, group=name, device=g.device, tp=st.tp, layers=st.chunks,
+                    ranks=tuple(r for r in lay.of(i, j) if group_of[r] == name), layer_fwd_ns=fwd, layer_bwd_ns=bwd,
+                    memory=StageMemory(j, parts.params, parts.weights_bytes, parts.grads_bytes, parts.optimizer_bytes,
+                                       parts.activations_bytes, g.spec().hbm_bytes)))
     for s in stages:
         if s.memory.out_of_memory:
             log.warning("%s needs %.1f GiB per device, %s has %.0f GiB", s.label, s.memory.total_bytes / 2**30, s.device,

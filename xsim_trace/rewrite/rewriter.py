@@ -19,18 +19,18 @@ from typing import Iterable
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace, comm_groups_to_json, make_metadata, make_node
-from xsim_trace.rewrite.layout import Layout, RankInfo, layout
+from xsim_trace.plan.placement import Layout, RankInfo, layout
 from xsim_trace.rewrite.lcm_rings import lcm_rings
-from xsim_trace.rewrite.partition import PartitionReport
-from xsim_trace.rewrite.partitioning import resolve_partition
-from xsim_trace.rewrite.plan import Plan
-from xsim_trace.rewrite.reshard import ReshardPlan, ReshardStrategy, SenderBalancer, plan_reshard
+from xsim_trace.plan.layer_split import PartitionReport
+from xsim_trace.plan.partition import resolve_partition
+from xsim_trace.plan.model import Plan
+from xsim_trace.plan.reshard import ReshardPlan, ReshardStrategy, SenderBalancer, plan_reshard
 from xsim_trace.rewrite.rings import order_ring
-from xsim_trace.rewrite.scaling import op_time_ns
-from xsim_trace.rewrite.schedules import PipeOp, stage_ops
-from xsim_trace.rewrite.sweep import DPInterval, Segment, dp_intervals
-from xsim_trace.rewrite.template_set import Templates, TemplateSet, as_template_set
-from xsim_trace.rewrite.templates import LayerTemplate, ModelTemplate
+from xsim_trace.layer_templates.scaling import op_time_ns
+from xsim_trace.plan.schedules import PipeOp, stage_ops
+from xsim_trace.plan.dp_intervals import DPInterval, Segment, dp_intervals
+from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
+from xsim_trace.layer_templates.template import LayerTemplate, ModelTemplate
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +61,22 @@ class RewriteResult:
 
 @dataclass
 class _Groups:
-    """Process groups by ordered member tuple -> id ("1", "2", ...; "0" stays "all ranks")."""
+    """Process groups by (role, ordered member tuple) -> id ("1", "2", ...; "0" stays "all ranks").
+    A role gives the same members a communicator of their own (its own stream): each stage
+    boundary and direction all-gathers on its own, so the all-gathers of one boundary run in
+    micro-batch order (the order their data arrives on every member) and never queue behind
+    another boundary's or the TP collectives."""
 
-    ids: dict[tuple[int, ...], str] = field(default_factory=dict)
+    ids: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)
 
-    def get(self, members: Iterable[int]) -> str:
-        key = tuple(members)
+    def get(self, members: Iterable[int], role: str = "") -> str:
+        key = (role, tuple(members))
         if key not in self.ids:
             self.ids[key] = str(len(self.ids) + 1)
         return self.ids[key]
 
     def as_dict(self) -> dict[str, tuple[int, ...]]:
-        return {pg: tuple(sorted(m)) for m, pg in self.ids.items()}
+        return {pg: tuple(sorted(m)) for (_, m), pg in self.ids.items()}
 
 
 @dataclass
@@ -106,6 +110,10 @@ class _Exchange:
     """Node ids created on each rank for one boundary transfer of one op."""
 
     ready: dict[int, list[int]] = field(default_factory=dict)  # rank -> nodes its consumer compute waits on
+    #: the consumer's all-gathers (members, size, kind, attrs, label), created when the consumer runs
+    #: the op (``_Rewriter.consume``), not when the producer sends: they share the TP group's stream
+    #: with the consumer's own TP collectives, so they must come in its program order on every member
+    gathers: list[tuple] = field(default_factory=list)
 
 
 class _Rewriter:
@@ -155,7 +163,7 @@ class _Rewriter:
                 nbytes = size // ts
                 self._p2p(s, d, tag, nbytes, "pp", f"{kind}{m}", dict(base, **{A.XFER_PHASE: "pp"}),
                           producer=self.last_compute[s], ex=ex, final=True)
-            self._gather(ex, [list(dsts)], size, "pp", base, f"{kind}{m}")
+            ex.gathers.append(([list(dsts)], size, "pp", base, f"{kind}{m}"))
             return ex
         bal_key = (pipe, v_from, v_to)
         rp = plan_reshard(ts, td, self.plan.reshard, balancer=self.balancers.setdefault(bal_key, SenderBalancer()),
@@ -167,7 +175,18 @@ class _Rewriter:
             groups = [[dsts[k * nd + j] for k in range(g)] for j in range(nd)]
         else:  # each destination holds its own S/td shard
             groups = [list(dsts)]
-        self._gather(ex, groups, size, "reshard", base, f"{kind}{m}")
+        ex.gathers.append((groups, size, "reshard", base, f"{kind}{m}"))
+        return ex
+
+    def consume(self, ex: _Exchange) -> _Exchange:
+        """The consumer stage is about to run the op: its all-gathers of the boundary tensor come now,
+        after each member's previous compute.  Created when the producer sent, they would wait only
+        for the data, and a member whose data landed late would enter them after a TP collective of
+        its previous op that the others entered after them: a collective order that differs between
+        members (a deadlock), and one no program issues."""
+        for spec in ex.gathers:
+            self._gather(ex, *spec)
+        ex.gathers.clear()
         return ex
 
     def _gather(self, ex: _Exchange, groups: list[list[int]], size: int, ckind: str, base: dict, label: str) -> None:
@@ -177,7 +196,7 @@ class _Rewriter:
         for members in groups:
             if len(members) < 2:
                 continue
-            pg = self.groups.get(members)
+            pg = self.groups.get(members, f"boundary {base[A.PP_BOUNDARY]}")
             attrs = dict(base)
             attrs.update({A.COMM_TYPE: int(CollectiveType.ALL_GATHER), A.COMM_SIZE: size, A.PG_NAME: pg,
                           A.COMM_KIND: ckind, A.STREAM: coll_stream(pg), A.XFER_PHASE: "allgather"})
@@ -227,6 +246,16 @@ class _Rewriter:
                     if r != s:
                         ex.ready.setdefault(r, []).append(nid)
 
+    def ep_group(self, info: RankInfo) -> str | None:
+        """An MoE layer's expert-parallel group: ``ep`` consecutive TP ranks of the stage (experts
+        folded onto the TP ranks); None when EP is 1."""
+        ep = self.plan.model.expert_split(info.tp)[0]
+        if ep < 2:
+            return None
+        ranks = self.lay.of(info.pipeline, info.stage)
+        first = info.tp_rank // ep * ep
+        return self.groups.get(ranks[first:first + ep], "ep" if ep < info.tp else "")
+
     # -- compute -----------------------------------------------------------------------------------
     def compute(self, rank: int, layers: list[tuple[int, LayerTemplate]], back: bool, deps: list[int], op: PipeOp,
                 extra_pre: LayerTemplate | None, extra_post: LayerTemplate | None, tm: ModelTemplate) -> int:
@@ -253,10 +282,11 @@ class _Rewriter:
                     ns = op_time_ns(o, tm, info.device, info.tp)
                     last = self.b[rank].add(name, NodeType.COMP, prev, duration_ns=max(1, ns), **attrs)
                 else:
-                    if pg is None:
-                        continue  # TP 1: no TP collective
-                    attrs.update({A.COMM_TYPE: int(o.comm_type), A.COMM_SIZE: o.comm_size_bytes, A.PG_NAME: pg,
-                                  A.COMM_KIND: "tp", A.STREAM: coll_stream(pg)})
+                    cpg, ckind = (self.ep_group(info), "ep") if o.comm_type == CollectiveType.ALL_TO_ALL else (pg, "tp")
+                    if cpg is None:
+                        continue  # TP 1 (or EP 1): no collective
+                    attrs.update({A.COMM_TYPE: int(o.comm_type), A.COMM_SIZE: o.comm_size_bytes, A.PG_NAME: cpg,
+                                  A.COMM_KIND: ckind, A.STREAM: coll_stream(cpg)})
                     last = self.b[rank].add(name, NodeType.COMM_COLL, prev, **attrs)
                 prev = [last]
         if last is None:  # a stage without work still needs a node to hang dependencies on
@@ -315,14 +345,21 @@ class _Rewriter:
             pre, post = post, pre  # backward runs head first, embedding last
         ex = None
         if not back and vs > 0:
-            ex = self.exchange(p, "F", op.microbatch, vs - 1, vs)
+            ex = self.consume(self.exchange(p, "F", op.microbatch, vs - 1, vs))
         if back and vs < nvs - 1:
-            ex = self.exchange(p, "B", op.microbatch, vs + 1, vs)
+            ex = self.consume(self.exchange(p, "B", op.microbatch, vs + 1, vs))
         for r in self.lay.of(p, s):
             deps = [self.last_compute[r]]
             if ex is not None:
                 deps += ex.ready.get(r, [])
-            self.last_compute[r] = self.compute(r, layers, back, deps, op, pre, post, tm)
+            rtm, rlayers, rpre, rpost = tm, layers, pre, post
+            if st.mixed:  # a TP group over device groups: each rank from its own group's template
+                rtm = self.templates.for_stage(self.b[r].info.group, st.tp)
+                rlayers = [(i, rtm.layer(i)) for i, _ in layers]
+                rpre, rpost = (rtm.pre if first else None), (rtm.post if last else None)
+                if back:
+                    rpre, rpost = rpost, rpre
+            self.last_compute[r] = self.compute(r, rlayers, back, deps, op, rpre, rpost, rtm)
             if back:
                 self.last_bwd[(r, op.chunk)] = self.last_compute[r]
         # sends to the consumer are created now that this op's compute exists
@@ -410,7 +447,7 @@ def rewrite(plan: Plan, template: Templates) -> RewriteResult:
     """Per-rank traces for ``plan`` (layer ranges filled by its partition mode first).
 
     ``template`` is one :class:`ModelTemplate` (scaled to every stage's device and TP degree) or a
-    mapping group name / (group, tp) -> template (:mod:`xsim_trace.rewrite.template_set`): each
+    mapping group name / (group, tp) -> template (:mod:`xsim_trace.layer_templates.per_stage`): each
     stage is then built from the template of its own group (and TP degree)."""
     templates = as_template_set(template)
     plan, reports = resolve_partition(plan, templates)

@@ -15,7 +15,7 @@ Built-in runners:
              times and activation bytes are per sample and a micro-batch holds
              ``global_batch / (dp * microbatches)`` samples (a fixed-batch search).  Ranks: replica d, stage s is rank
              ``d * stages + s`` on one switch.  ``p2p_ns`` = one activation transfer on the idle network
-             (backend); the schedule's timeline (:func:`xsim_trace.rewrite.schedules.analytic_timeline`)
+             (backend); the schedule's timeline (:func:`xsim_trace.plan.schedules.analytic_timeline`)
              gives ``pipeline_ns``; the gradient all-reduce is a ring over the replicas of every stage at
              once, 2(dp-1) identical steps of one chunk each (one step simulated, times 2(dp-1)) ->
              ``dp_allreduce_ns``; ``iteration_ns`` = ``pipeline_ns`` + ``dp_allreduce_ns`` (no overlap).
@@ -139,7 +139,7 @@ def _phase_ns(backend: Any, flows: list[Flow], start_ns: int) -> int:
 
 
 def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
-    from xsim_trace.rewrite.schedules import analytic_timeline  # noqa: PLC0415 - rewrite is optional here
+    from xsim_trace.plan.schedules import analytic_timeline  # noqa: PLC0415 - rewrite is optional here
 
     p = _Params(params, _PIPELINE_PARAMS)
     schedule = p.str("schedule", "1f1b")
@@ -229,15 +229,16 @@ _PLAN_PARAMS = ("plan", "cluster", "backend", "reshard", "partition", "device", 
 
 
 def plan_runner(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A deployment plan (YAML, :mod:`xsim_trace.rewrite.plan`) rewritten with per-layer templates from
+    """A deployment plan (YAML, :mod:`xsim_trace.plan.model`) rewritten with per-layer templates from
     the plan's model and replayed by the engine on ``cluster`` (file / preset; default: a cluster built
     from the plan's device groups) over ``backend`` -- the ``xsim plan compare`` path for one plan.
-    ``reshard`` / ``partition`` override the plan's strategies; ``quick: true`` uses the quick
-    alpha-beta replay instead of the engine."""
-    from xsim_trace.rewrite.compare import evaluate, replay_quick  # noqa: PLC0415
-    from xsim_trace.rewrite.engine_replay import engine_times  # noqa: PLC0415
-    from xsim_trace.rewrite.plan import load_plan  # noqa: PLC0415
-    from xsim_trace.rewrite.templates import templates_from_model  # noqa: PLC0415
+    ``reshard`` / ``partition`` override the plan's strategies; ``quick: true`` uses the plan's
+    closed form (:mod:`xsim_trace.plan.closed_form`, the ``plan compare --quick`` path) instead of
+    rewriting and replaying (``nodes`` is then 0)."""
+    from xsim_trace.evaluate.compare import evaluate  # noqa: PLC0415
+    from xsim_trace.evaluate.engine_times import engine_times  # noqa: PLC0415
+    from xsim_trace.plan.parse import load_plan  # noqa: PLC0415
+    from xsim_trace.layer_templates.template import templates_from_model  # noqa: PLC0415
 
     p = _Params(params, _PLAN_PARAMS)
     plan = load_plan(p.str("plan", ""))
@@ -245,16 +246,18 @@ def plan_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     template = templates_from_model(plan.model, params.get("device") or plan.groups[0].device,
                                     p.int("tp", 1, 1))
     if params.get("quick"):
-        replay = replay_quick
-    else:
-        cluster = None
-        if params.get("cluster"):
-            from xsim_trace.cluster import load_cluster  # noqa: PLC0415
+        from xsim_trace.plan.closed_form import estimate_plan  # noqa: PLC0415
 
-            cluster = load_cluster(p.str("cluster", ""))
-        backend = p.str("backend", "analytical")
-        replay = lambda res: engine_times(res, cluster, backend)  # noqa: E731
-    res, met, iteration = evaluate(plan, template, replay)
+        est = estimate_plan(plan, template)
+        return {"iteration_ns": est.step_ns, "max_bubble_fraction": round(est.bubble, 6), "reshard_ns": est.reshard_ns,
+                "max_straggler_ns": est.straggler_ns, "ranks": est.devices, "nodes": 0}
+    cluster = None
+    if params.get("cluster"):
+        from xsim_trace.cluster import load_cluster  # noqa: PLC0415
+
+        cluster = load_cluster(p.str("cluster", ""))
+    backend = p.str("backend", "analytical")
+    res, met, iteration = evaluate(plan, template, lambda res: engine_times(res, cluster, backend))
     return {"iteration_ns": int(iteration), "max_bubble_fraction": round(max((b.fraction for b in met.bubbles),
                                                                             default=0.0), 6),
             "reshard_ns": int(met.reshard_ns()), "max_straggler_ns": int(met.max_straggler_ns()),

@@ -22,6 +22,20 @@ class ModelSpec:
     #: models' gradients in fp32 (4, the workload generator's GRAD_BYTES); 2 with bf16 reduction
     grad_reduce_bytes: int = 4
     optimizer_bytes_per_param: int = 12  # fp32 master weight + two Adam moments
+    moe_experts: int = 0  # > 0: every layer's MLP is that many experts (MoE)
+    moe_top_k: int = 1  # experts per token
+    moe_ffn: int = 0  # an expert's width; 0 = ffn_hidden
+    #: expert-parallel degree, folded onto each stage's TP ranks (MoE parallel folding): experts are
+    #: split over ``expert_parallel`` ranks and each expert over the remaining tp / ep (expert TP)
+    expert_parallel: int = 1
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_experts > 0
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn or self.ffn_hidden
 
     @property
     def bytes_per_param_state(self) -> int:
@@ -33,7 +47,9 @@ class ModelSpec:
         """From a :class:`xsim_trace.workload.model.ModelSpec` (a preset such as ``llama2-7b``)."""
         return cls(num_layers=spec.layers, hidden=spec.hidden, heads=spec.heads, ffn_hidden=spec.ffn,
                    vocab=spec.vocab, seq_len=seq_len or spec.seq_len, micro_batch_size=micro_batch_size,
-                   kv_heads=spec.kv_heads if spec.kv_heads != spec.heads else 0, gated_mlp=spec.swiglu, name=spec.name)
+                   kv_heads=spec.kv_heads if spec.kv_heads != spec.heads else 0, gated_mlp=spec.swiglu, name=spec.name,
+                   moe_experts=spec.moe_experts, moe_top_k=spec.moe_top_k if spec.moe_experts else 1,
+                   moe_ffn=spec.moe_ffn if spec.moe_experts and spec.moe_ffn != spec.ffn else 0)
 
     def to_workload(self):
         """The workload generator's geometry for this model (no biases, RMSNorm, SwiGLU if gated)."""
@@ -41,7 +57,14 @@ class ModelSpec:
 
         return WorkloadModel(name=self.name or "model", layers=self.num_layers, hidden=self.hidden, ffn=self.ffn_hidden,
                              heads=self.heads, vocab=self.vocab, seq_len=self.seq_len, kv_heads=self.kv_heads,
-                             swiglu=self.gated_mlp, tied_embeddings=False, norm="rmsnorm", bias=False)
+                             swiglu=self.gated_mlp, tied_embeddings=False, norm="rmsnorm", bias=False,
+                             moe_experts=self.moe_experts, moe_top_k=self.moe_top_k, moe_ffn=self.moe_ffn)
+
+    def expert_split(self, tp: int) -> tuple[int, int]:
+        """(EP, expert TP) on a stage of TP ``tp``: the plan's expert parallelism folded onto the TP
+        ranks, each expert split over the rest; (1, tp) for a dense model."""
+        ep = self.expert_parallel if self.is_moe and tp % self.expert_parallel == 0 else 1
+        return ep, tp // ep
 
     @property
     def kv(self) -> int:
@@ -51,8 +74,17 @@ class ModelSpec:
         h, f = self.hidden, self.ffn_hidden
         kv_dim = h * self.kv // self.heads
         attn = h * h * 2 + 2 * h * kv_dim  # q, o and k, v projections
-        mlp = (3 if self.gated_mlp else 2) * h * f
+        mats = 3 if self.gated_mlp else 2
+        mlp = mats * h * f if not self.is_moe else self.moe_experts * (mats * h * self.expert_ffn + h)  # experts + router
         return attn + mlp + 2 * h  # two norms
+
+    def active_layer_params(self) -> int:
+        """Parameters one token passes through in a layer (MoE: its top-k experts and the router)."""
+        if not self.is_moe:
+            return self.layer_params()
+        mats = 3 if self.gated_mlp else 2
+        dense = self.layer_params() - self.moe_experts * (mats * self.hidden * self.expert_ffn + self.hidden)
+        return dense + self.moe_top_k * mats * self.hidden * self.expert_ffn + self.moe_experts * self.hidden
 
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
@@ -78,4 +110,4 @@ class ModelSpec:
     def layer_fwd_flops(self) -> int:
         """Forward FLOPs of one layer for one micro-batch (GEMMs + attention scores)."""
         tokens = self.seq_len * self.micro_batch_size
-        return 2 * tokens * self.layer_params() + 4 * tokens * self.seq_len * self.hidden
+        return 2 * tokens * self.active_layer_params() + 4 * tokens * self.seq_len * self.hidden

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.rewrite.reshard import ReshardStrategy, plan_reshard
+from xsim_trace.plan.reshard import ReshardStrategy, plan_reshard
 
 #: per-transfer latency of the closed form (the quick replay's alpha)
 LATENCY_NS = 2000

@@ -10,8 +10,8 @@ from xsim_trace.cluster import Cluster
 from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError
 from xsim_trace.network.protocol import NetworkBackend
-from xsim_trace.rewrite.plan import Plan
-from xsim_trace.rewrite.quickreplay import NodeTime
+from xsim_trace.plan.model import Plan
+from xsim_trace.evaluate.metrics import NodeTime
 from xsim_trace.rewrite.rewriter import RewriteResult
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsim_trace.rewrite.plan import Plan
+from xsim_trace.plan.model import Plan
 from xsim_trace.units import gbps_to_GBps
 
 
@@ -39,19 +39,22 @@ class Layout:
 
 def layout(plan: Plan) -> Layout:
     """Ranks numbered pipeline by pipeline, stage by stage, TP rank by TP rank; each stage takes the
-    next ``tp`` devices of its group (so a TP group stays inside a node when it fits)."""
+    next ``tp`` devices of its group (so a TP group stays inside a node when it fits); a TP group over
+    several device groups takes the next devices of each in turn."""
     cursor = {g.name: 0 for g in plan.groups}
     ranks: list[RankInfo] = []
     stage_ranks: dict[tuple[int, int], tuple[int, ...]] = {}
     for p, pipe in enumerate(plan.pipelines):
         for s, st in enumerate(pipe.stages):
-            g = plan.group(st.group)
             mine = []
-            for t in range(st.tp):
-                idx = cursor[g.name]
-                cursor[g.name] += 1
-                r = len(ranks)
-                ranks.append(RankInfo(r, p, s, t, st.tp, g.name, g.device, idx, f"{g.name}/{idx // g.devices_per_node}"))
-                mine.append(r)
+            for name, count in st.parts:  # a TP group over several device groups: its ranks on each in turn
+                g = plan.group(name)
+                for _ in range(count):
+                    idx = cursor[g.name]
+                    cursor[g.name] += 1
+                    r = len(ranks)
+                    ranks.append(RankInfo(r, p, s, len(mine), st.tp, g.name, g.device, idx,
+                                          f"{g.name}/{idx // g.devices_per_node}"))
+                    mine.append(r)
             stage_ranks[(p, s)] = tuple(mine)
     return Layout(tuple(ranks), stage_ranks)

@@ -1,8 +1,8 @@
 """Heterogeneity metrics from a replay's per-node times: pipeline bubble per stage, straggler wait
 per DP barrier member, reshard (and plain PP) transfer time per stage boundary.
 
-``times`` maps ``(rank, node id)`` to an object with ``ready_ns``, ``start_ns``, ``end_ns`` (the
-quick replay's :class:`NodeTime`, or any engine's record with those fields).
+``times`` maps ``(rank, node id)`` to an object with ``ready_ns``, ``start_ns``, ``end_ns``
+(:class:`NodeTime`, as :mod:`.engine_times` hands back from the replay engine).
 """
 
 from __future__ import annotations
@@ -14,6 +14,15 @@ from typing import Any, Mapping
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTime:
+    """When a node of a replayed rank set became ready, started and ended."""
+
+    ready_ns: int
+    start_ns: int
+    end_ns: int
 
 
 @dataclass(frozen=True, slots=True)

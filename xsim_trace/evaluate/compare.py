@@ -1,4 +1,5 @@
-"""Rewrite and replay several plans / strategies / partitions and tabulate the results."""
+"""Evaluate plans: rewrite and replay several plans / strategies / partitions (or cost them with the
+closed form, :mod:`xsim_trace.plan.closed_form`) and tabulate the results."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.graph.model import Trace
-from xsim_trace.rewrite.metrics import Metrics, compute_metrics
-from xsim_trace.rewrite.plan import Plan, check_memory
-from xsim_trace.rewrite.quickreplay import quick_replay
+from xsim_trace.evaluate.metrics import Metrics, compute_metrics
+from xsim_trace.plan.closed_form import estimate_plan
+from xsim_trace.plan.memory import check_memory
+from xsim_trace.plan.model import Plan
 from xsim_trace.rewrite.rewriter import RewriteResult, rewrite
-from xsim_trace.rewrite.templates import ModelTemplate
+from xsim_trace.layer_templates.template import ModelTemplate
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,17 +34,17 @@ class CompareRow:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def replay_quick(result: RewriteResult, latency_ns: int = 2000) -> Mapping:
-    """Per-node times of the quick alpha-beta replay with the plan's link bandwidths."""
-    info = {r.rank: r for r in result.layout.ranks}
-    plan = result.plan
-    q = quick_replay(result.traces, lambda a, b: info[a].bw_GBps(info[b], plan), latency_ns=latency_ns)
-    return q.times
+def replay_engine(result: RewriteResult) -> Mapping:
+    """Per-node times of the engine replay on a cluster built from the plan's device groups."""
+    from xsim_trace.evaluate.engine_times import engine_times
+
+    return engine_times(result)
 
 
-def evaluate(plan: Plan, template: ModelTemplate, replay: Callable[[RewriteResult], Mapping] = replay_quick
+def evaluate(plan: Plan, template: ModelTemplate, replay: Callable[[RewriteResult], Mapping] = replay_engine
              ) -> tuple[RewriteResult, Metrics, int]:
-    """Rewrite and replay ``plan``; ConfigError when it does not fit (memory, partition)."""
+    """Rewrite and replay ``plan`` (``replay``: result -> per-node times, default the engine on the
+    plan's own cluster); ConfigError when it does not fit (memory, partition)."""
     res = rewrite(plan, template)
     check_memory(res.plan)
     times = replay(res)
@@ -53,8 +54,6 @@ def evaluate(plan: Plan, template: ModelTemplate, replay: Callable[[RewriteResul
 
 
 def _closed_form_row(name: str, variant: Plan, template: ModelTemplate) -> CompareRow:
-    from xsim_trace.plan.closed_form import estimate_plan
-
     est = estimate_plan(variant, template)
     return CompareRow(plan=name, reshard=variant.reshard.value, partition=variant.partition, layers=est.layers_text(),
                       iteration_ns=est.step_ns, max_bubble=est.bubble, reshard_ns=est.reshard_ns, pp_ns=est.pp_ns,
@@ -71,7 +70,7 @@ def _layers(res: RewriteResult) -> str:
 
 def compare(plans: Sequence[Plan], template_for: Callable[[Plan], ModelTemplate], *,
             reshards: Sequence[str | None] = (None,), partitions: Sequence[str | None] = (None,),
-            replay: Callable[[RewriteResult], Mapping] = replay_quick,
+            replay: Callable[[RewriteResult], Mapping] = replay_engine,
             progress: Callable[[CompareRow], None] | None = None, closed_form: bool = False) -> list[CompareRow]:
     """One row per (plan, reshard strategy, partition); ``None`` keeps the plan's own choice.  A
     variant that does not fit (memory, partition) is a row marked ``infeasible``; the rest go on.

@@ -21,7 +21,7 @@ from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import Node, Trace
-from xsim_trace.rewrite.model_spec import ModelSpec
+from xsim_trace.plan.model_spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,8 @@ def templates_from_ops(model: ModelSpec, wmodel, dev, tp: int, source: str) -> M
         layer_backward, layer_forward
 
     mbs = model.micro_batch_size
-    fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs)
+    ep, etp = model.expert_split(tp)
+    fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs, ep=ep, etp=etp)
 
     def lt(fwd, bwd, layer: int = -1) -> LayerTemplate:
         return LayerTemplate(tuple(_timed(o, dev) for o in fwd), tuple(_timed(o, dev) for o in bwd), layer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xsim_trace.devices import scale_kernel_ns, tp_scale_ns
-from xsim_trace.rewrite.templates import LayerTemplate, ModelTemplate, OpTemplate
+from xsim_trace.layer_templates.template import LayerTemplate, ModelTemplate, OpTemplate
 
 
 def op_time_ns(op: OpTemplate, template: ModelTemplate, device: str, tp: int) -> int:

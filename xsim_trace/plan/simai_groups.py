@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from xsim_trace.rewrite.plan import Plan
+from xsim_trace.plan.model import Plan
 
 log = logging.getLogger(__name__)
 

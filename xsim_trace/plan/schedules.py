@@ -8,9 +8,8 @@ stage.  With ``v`` chunks per stage (interleaved 1F1B), chunk ``c`` of stage ``s
 from __future__ import annotations
 
 import enum
-import heapq
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.workload import schedule as stage_order

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping, Union
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.rewrite.templates import ModelTemplate
+from xsim_trace.layer_templates.template import ModelTemplate
 
 TemplateKey = Union[str, tuple[str, int]]
 Templates = Union[ModelTemplate, Mapping[TemplateKey, ModelTemplate], "TemplateSet"]

@@ -8,13 +8,15 @@ from fractions import Fraction
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
-from xsim_trace.rewrite.layout import layout
-from xsim_trace.rewrite.partition import PartitionReport, StageCapacity, partition_layers, uniform_partition
-from xsim_trace.rewrite.plan import Plan, PipelinePlan, check_memory, max_layers_in_memory, validate_plan
-from xsim_trace.rewrite.scaling import layer_compute_ns, mean_layer_ns
-from xsim_trace.rewrite.stage_cost import StageCost, best_counts, estimate_ns, exchange_ns, ring_allreduce_ns
-from xsim_trace.rewrite.template_set import Templates, as_template_set
-from xsim_trace.rewrite.templates import ModelTemplate
+from xsim_trace.plan.placement import layout
+from xsim_trace.plan.layer_split import PartitionReport, StageCapacity, partition_layers, uniform_partition
+from xsim_trace.plan.memory import check_memory, max_layers_in_memory
+from xsim_trace.plan.model import PipelinePlan, Plan, StagePlan
+from xsim_trace.plan.validate import validate_plan
+from xsim_trace.layer_templates.scaling import layer_compute_ns, mean_layer_ns
+from xsim_trace.plan.stage_cost import StageCost, best_counts, estimate_ns, exchange_ns, ring_allreduce_ns
+from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
+from xsim_trace.layer_templates.template import ModelTemplate
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +27,20 @@ def _extra(template: ModelTemplate, part, device: str, tp: int, per_layer_ns: in
     return Fraction(layer_compute_ns(part, template, device, tp), per_layer_ns)
 
 
-def _tp_collectives_ns(template: ModelTemplate, tp: int, bw_GBps: float) -> float:
-    """A layer's TP collectives (forward + backward) as ring collectives inside the stage."""
-    if tp < 2:
-        return 0.0
+def _tp_collectives_ns(template: ModelTemplate, tp: int, bw_GBps: float, ep: int = 1) -> float:
+    """A layer's collectives inside the stage (forward + backward): TP collectives as ring
+    collectives over the ``tp`` ranks (an all-gather or reduce-scatter half an all-reduce); an
+    MoE layer's dispatch / combine all-to-all over its ``ep`` expert-parallel ranks, each sending
+    (ep-1)/ep of its buffer over the stage's TP link (the same as half a ring all-reduce of ep)."""
     total = 0.0
     for o in template.layer(0).fwd + template.layer(0).bwd:
-        if o.kind != "comp":
-            t = ring_allreduce_ns(o.comm_size_bytes, tp, bw_GBps)
-            total += t if o.comm_type == CollectiveType.ALL_REDUCE else t / 2
+        if o.kind == "comp":
+            continue
+        n = ep if o.comm_type == CollectiveType.ALL_TO_ALL else tp
+        if n < 2:
+            continue
+        t = ring_allreduce_ns(o.comm_size_bytes, n, bw_GBps)
+        total += t if o.comm_type == CollectiveType.ALL_REDUCE else t / 2
     return total
 
 
@@ -66,7 +73,7 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
             continue
         ta, tb = pipe.stages[a].tp, pipe.stages[b].tp
         bw = first[a].bw_GBps(first[b], probe)
-        ga, gb = plan.group(pipe.stages[a].group).intra_GBps, plan.group(pipe.stages[b].group).intra_GBps
+        ga, gb = plan.stage_tp_GBps(pipe.stages[a]), plan.stage_tp_GBps(pipe.stages[b])
         out.append(Boundary(a, b, exchange_ns(act, ta, tb, plan.reshard, bw, gather_GBps=gb),
                             exchange_ns(act, tb, ta, plan.reshard, bw, gather_GBps=ga), ta == tb))
     return out
@@ -77,12 +84,13 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
 _LAYER_CACHE: dict[tuple, tuple[ModelTemplate, tuple[float, float, float]]] = {}
 
 
-def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, intra_GBps: float) -> tuple[float, float, float]:
-    key = (id(template), device, tp, layers, intra_GBps)
+def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, intra_GBps: float, ep: int = 1
+                 ) -> tuple[float, float, float]:
+    key = (id(template), device, tp, layers, intra_GBps, ep)
     hit = _LAYER_CACHE.get(key)
     if hit is not None and hit[0] is template:
         return hit[1]
-    per = mean_layer_ns(template, layers, device, tp) + _tp_collectives_ns(template, tp, intra_GBps)
+    per = mean_layer_ns(template, layers, device, tp) + _tp_collectives_ns(template, tp, intra_GBps, ep)
     pre = layer_compute_ns(template.pre, template, device, tp) if template.pre is not None else 0.0
     post = layer_compute_ns(template.post, template, device, tp) if template.post is not None else 0.0
     if len(_LAYER_CACHE) > 4096:
@@ -91,13 +99,24 @@ def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, int
     return per, pre, post
 
 
+def stage_layer_times(plan: Plan, st: StagePlan, tset: TemplateSet) -> tuple[float, float, float]:
+    """(layer, embedding, head) ns of a stage per micro-batch, with its TP collectives on the
+    stage's TP link; a TP group over device groups is paced by its slower device (every TP
+    collective waits for it) and its TP collectives by the slower link (:meth:`Plan.stage_tp_GBps`)."""
+    link = plan.stage_tp_GBps(st)
+    ep = plan.model.expert_split(st.tp)[0]
+    times = [_layer_times(tset.for_stage(g.name, st.tp), g.device, st.tp, plan.model.num_layers, link, ep)
+             for g in plan.stage_groups(st)]
+    return max(times, key=lambda t: t[0])
+
+
 def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]:
     """Closed-form cost of each physical stage of pipeline ``index`` (:mod:`.stage_cost`): compute
     and TP collectives per layer, embedding / head, the boundary transfers it waits for (its
     forward inputs and backward gradients), memory."""
     tset = as_template_set(templates)
     pipe = plan.pipelines[index]
-    p, v, n = len(pipe.stages), plan.chunks, plan.model.num_layers
+    p, v = len(pipe.stages), plan.chunks
     probe = replace(plan, pipelines=(pipe,))
     comm = [0.0] * p
     for bd in boundaries(plan, index, tset):
@@ -105,8 +124,7 @@ def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]
         comm[bd.src] += bd.bwd_ns
     out = []
     for s, st in enumerate(pipe.stages):
-        g = plan.group(st.group)
-        per, pre, post = _layer_times(tset.for_stage(st.group, st.tp), g.device, st.tp, n, g.intra_GBps)
+        per, pre, post = stage_layer_times(plan, st, tset)
         extra = (pre if s == 0 else 0.0) + (post if s == p - 1 else 0.0)
         out.append(StageCost(per, extra, comm[s], max_layers_in_memory(probe, pipe, s), min_layers=v))
     return out
@@ -156,9 +174,9 @@ def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -
     for vs in range(p * v):
         s = vs % p
         st = pipe.stages[s]
-        dev = plan.group(st.group).device
-        template = tset.for_stage(st.group, st.tp)
-        per = mean_layer_ns(template, n, dev, st.tp)
+        # the slower device of a TP group over device groups paces it
+        per, dev, template = max(((mean_layer_ns(tset.for_stage(g.name, st.tp), n, g.device, st.tp), g.device,
+                                   tset.for_stage(g.name, st.tp)) for g in plan.stage_groups(st)), key=lambda x: x[0])
         extra = Fraction(0)
         if vs == 0:
             extra += _extra(template, template.pre, dev, st.tp, per)
@@ -166,7 +184,7 @@ def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -
             extra += _extra(template, template.post, dev, st.tp, per)
         probe = replace(plan, pipelines=(pipe,))
         mem = max_layers_in_memory(probe, pipe, s) // v
-        caps.append(StageCapacity(layer_time_ns=per, max_layers=mem, extra_layer_equiv=extra, name=f"{st.group}/tp{st.tp}"))
+        caps.append(StageCapacity(layer_time_ns=per, max_layers=mem, extra_layer_equiv=extra, name="+".join(g for g, _ in st.parts) + f"/tp{st.tp}"))
     if how == "uniform":
         ranges = uniform_partition(n, p * v)
         counts = [b - a for a, b in ranges]

@@ -2,7 +2,7 @@
 
 Each stage's layer, embedding and head ops are the workload generator's per-rank ops
 (:mod:`xsim_trace.workload.ops`) at the stage's own TP degree, each compute op timed by
-:func:`xsim_trace.rewrite.templates.templates_from_ops` on the stage's own device (the catalog roofline
+:func:`xsim_trace.layer_templates.template.templates_from_ops` on the stage's own device (the catalog roofline
 plus the per-kernel overhead, as the generator's timer does), so no stage is scaled from another
 device's times.  The TP collectives are the generator's (all-reduce without sequence parallelism, as
 the rewriter emits them).
@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 
 from xsim_trace.errors import ConfigError, XsimError
-from xsim_trace.rewrite.model_spec import ModelSpec
-from xsim_trace.rewrite.plan import DeviceGroup, Plan
-from xsim_trace.rewrite.templates import ModelTemplate, templates_from_ops
+from xsim_trace.plan.model_spec import ModelSpec
+from xsim_trace.plan.model import DeviceGroup, Plan
+from xsim_trace.layer_templates.template import ModelTemplate, templates_from_ops
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def workload_model(plan_model: ModelSpec, preset=None):
     """The workload generator's model for a plan's geometry.  ``preset`` (a
     :class:`xsim_trace.workload.model.ModelSpec`; default: the preset the plan's model is named
     after, if any) keeps what a plan cannot say (norm, biases, flash attention, tied embeddings);
-    the plan's geometry wins.  MoE presets are refused: plans describe dense layers."""
+    the plan's geometry wins, MoE fields (experts, top-k, expert width) included."""
     from xsim_trace.workload.model import get_model
 
     if preset is None and plan_model.name:
@@ -34,12 +34,10 @@ def workload_model(plan_model: ModelSpec, preset=None):
             preset = None
     if preset is None:
         return plan_model.to_workload()
-    if preset.is_moe:
-        raise ConfigError(f"{preset.name} is a mixture-of-experts model; deployment plans describe dense layers",
-                          field="model")
     return preset.with_(layers=plan_model.num_layers, hidden=plan_model.hidden, ffn=plan_model.ffn_hidden,
                         heads=plan_model.heads, vocab=plan_model.vocab, seq_len=plan_model.seq_len,
-                        kv_heads=plan_model.kv, swiglu=plan_model.gated_mlp)
+                        kv_heads=plan_model.kv, swiglu=plan_model.gated_mlp, moe_experts=plan_model.moe_experts,
+                        moe_top_k=plan_model.moe_top_k, moe_ffn=plan_model.moe_ffn)
 
 
 def stage_template(plan_model: ModelSpec, wmodel, group: DeviceGroup, tp: int) -> ModelTemplate:
@@ -48,7 +46,8 @@ def stage_template(plan_model: ModelSpec, wmodel, group: DeviceGroup, tp: int) -
     from xsim_trace.workload.program import Program
 
     mbs = plan_model.micro_batch_size
-    Program(wmodel, Framework(tp=tp, micro_batch=mbs, global_batch=mbs))  # the generator's checks of this TP degree
+    ep, etp = plan_model.expert_split(tp)
+    Program(wmodel, Framework(tp=tp, micro_batch=mbs, global_batch=mbs, ep=ep, etp=etp))  # the generator's checks of this TP degree
     dev = group.spec()
     return templates_from_ops(plan_model, wmodel, dev, tp, f"generator:{wmodel.name}@{dev.name}/tp{tp}")
 
@@ -59,14 +58,15 @@ def group_templates(plan: Plan, wmodel=None) -> dict[tuple[str, int], ModelTempl
     out: dict[tuple[str, int], ModelTemplate] = {}
     for i, pipe in enumerate(plan.pipelines):
         for j, st in enumerate(pipe.stages):
-            key = (st.group, st.tp)
-            if key in out:
-                continue
-            try:
-                out[key] = stage_template(plan.model, wmodel, plan.group(st.group), st.tp)
-            except XsimError as exc:
-                raise ConfigError(exc.message, file=plan.source or None, field=f"pipelines[{i}].stages[{j}].tp") from None
-            log.info("templates for %s/tp%d: %s", st.group, st.tp, out[key].source)
+            for group, _ in st.parts:  # a TP group over device groups: one per group at the stage's TP
+                key = (group, st.tp)
+                if key in out:
+                    continue
+                try:
+                    out[key] = stage_template(plan.model, wmodel, plan.group(group), st.tp)
+                except XsimError as exc:
+                    raise ConfigError(exc.message, file=plan.source or None, field=f"pipelines[{i}].stages[{j}].tp") from None
+                log.info("templates for %s/tp%d: %s", group, st.tp, out[key].source)
     return out
 
 

@@ -1,0 +1,110 @@
+"""One answer for a collective on every backend: the NCCL model's price, whole on ``analytical``, carried
+by model-paced flows on ``flow`` and ``analytical-ca`` (xsim_trace/replay/model_flows.py); contention
+only where the collective's links are really shared."""
+
+from __future__ import annotations
+
+import pytest
+
+from xsim_trace.cluster import load_cluster
+from xsim_trace.graph import NodeType, Trace, make_metadata, make_node
+from xsim_trace.graph.kinds import CollectiveType as T
+from xsim_trace.network import build_topology, make_backend
+from xsim_trace.replay import ReplaySettings
+from xsim_trace.replay.api import replay
+from xsim_trace.replay.model_flows import edges
+
+MiB = 1 << 20
+
+
+def _traces(n: int, size: int, comm_type: int, extra: dict[int, tuple] | None = None):
+    out = {}
+    for r in range(n):
+        nodes = [make_node(1, "c", NodeType.COMP, duration_micros=5),
+                 make_node(2, "coll", NodeType.COMM_COLL, data_deps=(1,), comm_type=int(comm_type), comm_size=size)]
+        nodes += list((extra or {}).get(r, ()))
+        out[r] = Trace(make_metadata(world_size=n), tuple(nodes), rank=r)
+    return out
+
+
+def _end_ns(name: str, cluster, traces, settings=None) -> int:
+    be = make_backend(name, build_topology(cluster))
+    res = replay(traces, be, settings, cluster=cluster)
+    assert res.settings.collective_model == "nccl"
+    return int(max(res.times.end_ns))
+
+
+@pytest.mark.parametrize("ctype", [T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.BROADCAST, T.ALL_TO_ALL])
+@pytest.mark.parametrize("size", [64 << 10, 16 * MiB, 256 * MiB])
+def test_a_collective_agrees_on_analytical_and_flow(ctype, size):
+    cluster = load_cluster("dgx-a100:2")  # 16 ranks, NVSwitch inside a node, one 25 GB/s NIC per GPU
+    ends = {name: _end_ns(name, cluster, _traces(16, size, ctype)) for name in ("analytical", "flow")}
+    # fluid flows at their uncontended rate: the model's time (within the flows' ns rounding)
+    assert abs(ends["flow"] - ends["analytical"]) <= 2, ends
+
+
+@pytest.mark.parametrize("ctype", [T.ALL_REDUCE, T.ALL_GATHER, T.BROADCAST])
+@pytest.mark.parametrize("size", [64 << 10, 256 * MiB])
+def test_a_collective_agrees_on_analytical_ca(ctype, size):
+    """analytical-ca declares its lone-flow time (chunk pipeline filling, per-hop latency), which the
+    collective's end discounts as it does the path latency on flow: the same answer."""
+    cluster = load_cluster("dgx-a100:2")
+    ends = {name: _end_ns(name, cluster, _traces(16, size, ctype)) for name in ("analytical", "analytical-ca")}
+    assert abs(ends["analytical-ca"] - ends["analytical"]) <= 2, ends
+
+
+def test_lone_flow_timing_matches_a_lone_flow():
+    from xsim_trace.network.protocol import Flow, LoneFlowTiming, capabilities_of
+
+    topo = build_topology(load_cluster("dgx-h100:2"))
+    for name in ("flow", "analytical-ca"):
+        for src, dst, size in ((0, 9, 64 * MiB), (0, 1, 1000), (3, 12, 100_000)):
+            be = make_backend(name, topo)
+            assert capabilities_of(be).lone_flow_timing and isinstance(be, LoneFlowTiming)
+            be.start_flow(Flow(0, src, dst, size), 0)
+            t = be.next_completion_ns()
+            assert be.lone_flow_ns(src, dst, size) == pytest.approx(t, abs=4), (name, src, dst, size)
+
+
+def test_forced_algorithm_and_protocol_reach_the_flow_backend():
+    cluster = load_cluster("dgx-h100:1")
+    settings = ReplaySettings(nccl_algo="ring", nccl_proto="LL")
+    traces = _traces(8, 64 * MiB, T.ALL_REDUCE)
+    forced = {name: _end_ns(name, cluster, traces, settings) for name in ("analytical", "flow")}
+    free = _end_ns("flow", cluster, traces)
+    assert forced["flow"] == pytest.approx(forced["analytical"], abs=2)
+    assert forced["flow"] > 2 * free  # LL's halved bandwidth on the links, against NVLS
+
+
+def test_contention_only_where_links_are_really_shared():
+    """A 16-rank ring all-reduce over two nodes crosses the NICs of ranks 7 and 15; a 256 MiB send
+    7 -> 9 at the same time shares rank 7's NIC with the ring on ``flow`` and slows the collective,
+    a send 1 -> 2 inside node 0 shares NVSwitch ports of the ring too; analytical prices the
+    collective whole and never sees either."""
+    cluster = load_cluster("dgx-a100:2")
+    size = 256 * MiB
+    settings = ReplaySettings(nccl_algo="ring")
+
+    def with_send(src: int, dst: int):
+        send = make_node(3, "send", NodeType.COMM_SEND, comm_src=src, comm_dst=dst, comm_tag=1, comm_size=size,
+                         stream=7)  # its own stream: concurrent with the collective
+        recv = make_node(3, "recv", NodeType.COMM_RECV, comm_src=src, comm_dst=dst, comm_tag=1, comm_size=size,
+                         stream=7)
+        return _traces(16, size, T.ALL_REDUCE, {src: (send,), dst: (recv,)})
+
+    alone = {name: _end_ns(name, cluster, _traces(16, size, T.ALL_REDUCE), settings) for name in ("analytical", "flow")}
+    assert alone["flow"] == pytest.approx(alone["analytical"], abs=2)
+    be = make_backend("flow", build_topology(cluster))
+    res = replay(with_send(7, 9), be, settings, cluster=cluster)
+    coll_end = int(res.times.end_ns[1])  # rank 0's collective
+    assert coll_end > 1.05 * alone["flow"]
+    ana = replay(with_send(7, 9), make_backend("analytical", build_topology(cluster)), settings, cluster=cluster)
+    assert int(ana.times.end_ns[1]) == alone["analytical"]
+
+
+def test_edges_follow_nccl_data_movement():
+    order = [0, 1, 2, 3]
+    assert edges(T.ALL_REDUCE, order, 0) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert sorted(edges(T.BROADCAST, order, 2)) == [(0, 1), (2, 3), (3, 0)]  # the chain from the root
+    assert sorted(edges(T.REDUCE, order, 2)) == [(0, 1), (1, 2), (3, 0)]  # the chain into the root
+    assert len(edges(T.ALL_TO_ALL, order, 0)) == 12
