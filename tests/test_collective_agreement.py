@@ -108,3 +108,23 @@ def test_edges_follow_nccl_data_movement():
     assert sorted(edges(T.BROADCAST, order, 2)) == [(0, 1), (2, 3), (3, 0)]  # the chain from the root
     assert sorted(edges(T.REDUCE, order, 2)) == [(0, 1), (1, 2), (3, 0)]  # the chain into the root
     assert len(edges(T.ALL_TO_ALL, order, 0)) == 12
+
+
+def test_model_paced_collectives_stay_on_the_python_ca_loop():
+    """The compiled analytical-ca kernel walks the schedule's flows; asked for under the NCCL model it
+    declines, so a forced compiled run gives the same model-paced answer as the default."""
+    from xsim_trace.replay import compile_workload
+    from xsim_trace.replay.api import collective_pricer
+    from xsim_trace.replay.engine import Engine
+    from xsim_trace.replay.model_flows import ModelPacedFlows
+
+    cluster = load_cluster("dgx-a100:2")
+    w = compile_workload(_traces(16, 16 * MiB, T.ALL_REDUCE))
+    settings = ReplaySettings(collective_model="nccl")
+    topo = build_topology(cluster)
+    pricer, settings = collective_pricer(settings, cluster, make_backend("analytical-ca", topo))
+    assert isinstance(pricer, ModelPacedFlows)
+    forced = Engine(w, make_backend("analytical-ca", topo), settings, pricer=pricer, compiled=True)
+    assert not forced.compiled_ca
+    default = Engine(w, make_backend("analytical-ca", topo), settings, pricer=pricer)
+    assert max(forced.run().end_ns) == max(default.run().end_ns)

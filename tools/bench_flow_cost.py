@@ -10,6 +10,14 @@ ns3: starting the worker process and importing NS-3 the first time, then a fork 
 
     python tools/bench_flow_cost.py                  # all available backends
     python tools/bench_flow_cost.py --backend flow --flows 20000
+    python tools/bench_flow_cost.py --engine-ca         # analytical-ca through the replay engine
+
+``--engine-ca``: ring all-reduces replayed by the engine over ``analytical-ca`` (chunks 4, one in flight,
+10 ns endpoint delay), by the Python loop and by the compiled loop (:mod:`xsim_trace.replay.compiled_ca`),
+which give the same times (checked here); CPU seconds of the replay alone (the kernel loaded and warmed
+first), flow events per second (the backend's hop events, arrivals and releases, plus the flows'
+completions) and flows per second.  ``--engine-ranks`` sets the ring sizes; the Python loop runs only
+where it takes under a minute or so (``--python-max-flows``).
 """
 
 from __future__ import annotations
@@ -57,6 +65,56 @@ def bench(name: str, flows: list[TimedFlow], ranks: int, bw: float, lat: int) ->
             "run_s": t2 - t1, "us_per_flow": (t2 - t1) / len(flows) * 1e6, "ms_per_MB": (t2 - t1) / total_mb * 1e3}
 
 
+def engine_ca(ranks_list: list[int], python_max_flows: int) -> None:
+    """The replay engine over analytical-ca, Python loop vs compiled loop, on ring all-reduces."""
+    import numpy as np
+
+    from xsim_trace.cluster import single_switch
+    from xsim_trace.graph.kinds import CollectiveType, NodeType
+    from xsim_trace.graph.model import Trace, make_metadata, make_node
+    from xsim_trace.network.registry import make_backend
+    from xsim_trace.network.topology import build_topology
+    from xsim_trace.replay import Engine, ReplaySettings, compile_workload
+
+    settings = ReplaySettings(chunks=4, in_flight=1, endpoint_delay_ns=10)
+    print("analytical-ca through the replay engine: iterations x [100 us compute -> 1 MiB ring all-reduce] "
+          "(64 MiB alone at 1,024 ranks), 50 GB/s and 500 ns per link, chunks 4, 1 in flight")
+    print(f"{'ranks':>6} {'loop':<9} {'flows':>10} {'flow events':>12} {'CPU s':>8} {'flow events/s':>14} "
+          f"{'flows/s':>10} {'sim ns':>12}")
+    warm = compile_workload(_ring_traces(16, 1, 1 << 20, make_node, make_metadata, Trace, NodeType, CollectiveType))
+    Engine(warm, make_backend("analytical-ca", build_topology(single_switch(16, 50.0, 500))), settings,
+           compiled=True).run()
+    for ranks in ranks_list:
+        iters, size = (1, 64 << 20) if ranks >= 1024 else (4, 1 << 20)
+        w = compile_workload(_ring_traces(ranks, iters, size, make_node, make_metadata, Trace, NodeType, CollectiveType))
+        topo = build_topology(single_switch(ranks, 50.0, 500))
+        ends = {}
+        for compiled in (False, True):
+            flows_est = iters * 4 * 2 * ranks * (ranks - 1)
+            if not compiled and flows_est > python_max_flows:
+                continue
+            be = make_backend("analytical-ca", topo)
+            t0 = time.process_time()
+            raw = Engine(w, be, settings, compiled=compiled).run()
+            cpu = time.process_time() - t0
+            ends[compiled] = raw.end_ns
+            events = be.events + raw.stats.flows
+            print(f"{ranks:>6} {'compiled' if compiled else 'python':<9} {raw.stats.flows:>10,} {events:>12,} "
+                  f"{cpu:>8.2f} {events / cpu:>14,.0f} {raw.stats.flows / cpu:>10,.0f} {int(raw.end_ns.max()):>12,}")
+        if len(ends) == 2:
+            assert np.array_equal(ends[False], ends[True]), "the compiled loop disagrees with the Python loop"
+
+
+def _ring_traces(ranks, iters, size, make_node, make_metadata, Trace, NodeType, CollectiveType):
+    nodes, last = [], ()
+    for k in range(iters):
+        nodes.append(make_node(2 * k, f"compute{k}", NodeType.COMP, data_deps=last, duration_ns=100_000, is_cpu_op=False))
+        nodes.append(make_node(2 * k + 1, f"all_reduce{k}", NodeType.COMM_COLL, data_deps=(2 * k,),
+                               comm_type=int(CollectiveType.ALL_REDUCE), comm_size=size))
+        last = (2 * k + 1,)
+    return {r: Trace(make_metadata(world_size=ranks), tuple(nodes), rank=r) for r in range(ranks)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", action="append", help="backend (repeatable; default: all available)")
@@ -69,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-ns", dest="lat", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1, help="runs per backend; the table keeps the fastest")
+    ap.add_argument("--engine-ca", action="store_true", help="analytical-ca through the replay engine: Python vs compiled loop")
+    ap.add_argument("--engine-ranks", type=int, nargs="+", default=[64, 256, 1024], help="ring sizes for --engine-ca")
+    ap.add_argument("--python-max-flows", type=int, default=600_000, help="--engine-ca: skip the Python loop beyond this")
     args = ap.parse_args(argv)
+    if args.engine_ca:
+        engine_ca(args.engine_ranks, args.python_max_flows)
+        return 0
     names = args.backend or available_backends()
     print(f"{args.ranks} ranks on one switch, {args.bw:g} GB/s, {args.lat} ns per link; {args.size} B flows every "
           f"{args.gap_ns} ns between random pairs (seed {args.seed})")

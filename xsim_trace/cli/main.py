@@ -8,11 +8,12 @@ and sets ``func`` (called with the parsed args, returns an exit code).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
 import traceback
-from typing import Callable
+from typing import Callable, Iterator
 
 from xsim_trace.errors import XsimError
 
@@ -120,7 +121,8 @@ def run(argv: list[str] | None, parser: argparse.ArgumentParser) -> int:
     _global_flags(args)
     configure_logging(args.verbose, args.quiet)
     try:
-        return int(args.func(args) or 0)
+        with _no_scipy_probe():
+            return int(args.func(args) or 0)
     except XsimError as exc:
         print(f"xsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -131,6 +133,23 @@ def run(argv: list[str] | None, parser: argparse.ArgumentParser) -> int:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the one place that turns a bug into exit 3
         return _internal_error(exc, args.verbose)
+
+
+@contextlib.contextmanager
+def _no_scipy_probe() -> Iterator[None]:
+    """numba probes for scipy's BLAS the first time it loads a kernel, importing scipy.linalg (~0.3 s
+    of CPU where scipy is installed; it is no xsim dependency).  xsim uses neither scipy nor numba's
+    linear algebra, so while a command runs ``import scipy`` fails fast (numba then leaves its BLAS
+    support off); not where scipy was imported already."""
+    if "scipy" in sys.modules:
+        yield
+        return
+    sys.modules["scipy"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if "scipy" in sys.modules and sys.modules["scipy"] is None:
+            del sys.modules["scipy"]
 
 
 def _internal_error(exc: BaseException, verbose: int) -> int:

@@ -201,7 +201,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from xsim_trace.devices.catalog import catalog_for
 
     settings = settings_from_args(args)
-    catalog = catalog_for(getattr(args, "device_file", None))  # resolved once, handed down
+    # resolved once, handed down; without --device-file, None: the built-in catalog, parsed (YAML,
+    # ~0.05-0.1 s) only if a non-generic device name needs it
+    device_file = getattr(args, "device_file", None)
+    catalog = catalog_for(device_file) if device_file is not None else None
     cluster, backend = network_for(args.cluster, args.backend, catalog)
     quiet = getattr(args, "quiet", False)
     metadata = _rank_metadata(args.trace)

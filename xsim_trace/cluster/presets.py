@@ -7,7 +7,6 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-import yaml
 
 from xsim_trace.cluster.load import cluster_from_dict
 from xsim_trace.cluster.model import Cluster
@@ -27,6 +26,8 @@ def preset_dict(name: str) -> dict[str, Any]:
     f = _dir() / f"{base}.yaml"
     if not f.is_file():
         raise ConfigError(f"unknown cluster preset {name!r} (presets: {', '.join(preset_names())})", field="cluster")
+    import yaml  # noqa: PLC0415 - only a preset's reader pays for it
+
     return yaml.safe_load(f.read_text(encoding="utf-8"))
 
 

@@ -12,7 +12,6 @@ import json
 import os
 from typing import Any
 
-import yaml
 
 from xsim_trace.errors import ConfigError, XsimError
 
@@ -48,9 +47,14 @@ def parse_document(text: str, name: str, *, as_json: bool, what: str = "file",
     parser's message."""
     kind = "JSON" if as_json else "YAML"
     _check_depth(text, name, error)
+    bad_input: tuple[type[BaseException], ...] = (ValueError, OverflowError)  # the parsers' ways of saying it
+    if not as_json:
+        import yaml  # noqa: PLC0415 - only YAML documents pay for it (~0.03 s of start-up)
+
+        bad_input += (yaml.YAMLError,)
     try:
         return json.loads(text) if as_json else yaml.safe_load(text)
-    except (ValueError, OverflowError, yaml.YAMLError) as exc:  # the parsers' own ways of saying "bad input"
+    except bad_input as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise error(f"the {what} is not valid {kind}: {first}", file=name) from None
     except RecursionError:

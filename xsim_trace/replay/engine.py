@@ -131,6 +131,7 @@ class Engine:
         #: simulate one rank per class of equivalent ranks (the compiled path only)
         self.fold = bool(fold) and self.compiled
         self.rank_class = None if rank_class is None else np.asarray(rank_class, np.int64)
+        self.compiled_ca = not self.compiled and self._compiled_ca_applies(compiled)
 
     def _compiled_applies(self, wanted: bool | None) -> bool:
         """The compiled loop runs the closed-form path only; by default
@@ -146,9 +147,30 @@ class Engine:
             return False
         return compiled_kernel() is not None
 
+    def _compiled_ca_applies(self, wanted: bool | None) -> bool:
+        """The analytical-ca kernel (:mod:`~xsim_trace.replay.compiled_ca`) runs the flow path over a
+        fresh analytical-ca backend; by default where it pays for its loading
+        (:func:`~xsim_trace.replay.compiled_ca.worth_it`). The kernel walks the schedule's flows; a
+        collective lowered into the NCCL model's paced flows (``self.lowering``) runs on the Python loop."""
+        if wanted is False or self.closed_form or self.lowering is not None:
+            return False
+        from xsim_trace.replay import compiled_ca  # noqa: PLC0415
+
+        if not compiled_ca.applies(self.backend):
+            return False
+        if wanted is None and not compiled_ca.worth_it(self.w, self.settings):
+            return False
+        return compiled_ca.kernel() is not None
+
     def run(self) -> RawTimes:
         if self.compiled:
             return self._run_compiled()
+        if self.compiled_ca:
+            from xsim_trace.replay.compiled_ca import run_compiled_ca  # noqa: PLC0415
+
+            out = run_compiled_ca(self.w, self.backend, self.schedules, self.settings, self.progress)
+            if out is not None:
+                return self._raw_of(*out)
         w = self.w
         times = NodeTimes(w.num_nodes)
         queue = EventQueue()
@@ -174,8 +196,10 @@ class Engine:
         )
 
     def _run_compiled(self) -> RawTimes:
-        t, stats = run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked,
-                                fold=self.fold, rank_class=self.rank_class)
+        return self._raw_of(*run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked,
+                                          fold=self.fold, rank_class=self.rank_class))
+
+    def _raw_of(self, t: tuple, stats: dict) -> RawTimes:
         times = NodeTimes(0)
         times.ready, times.start, times.end, times.wait, times.peer = t
         rep_of = stats.pop("rep_of", None)

@@ -57,13 +57,13 @@ def device_mismatches(traces: dict[int, Trace], cluster: Cluster, catalog: Catal
 def metadata_mismatches(metadata: Mapping[int, GlobalMetadata], cluster: Cluster,
                         catalog: Catalog | None = None) -> list[Mismatch]:
     """:func:`device_mismatches` from the ranks' metadata records alone (no node decoded)."""
-    catalog = catalog or default_catalog()
     out = []
     for rank in sorted(metadata):
         captured = metadata[rank].attr(A.META_DEVICE) or ""
         target = _cluster_gpu(cluster, rank)
         if not captured or target is None or target.strip().lower() == GENERIC_GPU:
             continue
+        catalog = catalog or default_catalog()  # parsed (YAML, ~0.05 s) only when there is a pair to compare
         a, b = _canonical(captured, catalog), _canonical(target, catalog)
         if a != b:
             out.append(Mismatch(rank, a, b))

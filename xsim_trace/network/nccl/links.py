@@ -6,7 +6,6 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 
-import yaml
 
 from xsim_trace.network.nccl.kinds import LinkGen, NetKind
 
@@ -26,6 +25,8 @@ class LinkTable:
 
 @functools.cache
 def link_table() -> LinkTable:
+    import yaml  # noqa: PLC0415 - read once, when NCCL pricing first needs it
+
     text = (resources.files("xsim_trace") / "data" / "nccl_links.yaml").read_text(encoding="utf-8")
     d = yaml.safe_load(text)
     nv = {LinkGen(k): v for k, v in d["nvlink"].items()}
