@@ -29,22 +29,26 @@ from xsim_trace.graph import attrs as A
 from xsim_trace.graph.bounds import MAX_SIZE_BYTES, MAX_WORLD_SIZE, check_bounds
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import Trace
+from xsim_trace.io.kineto import KinetoEvent as Event
+from xsim_trace.io.kineto import KinetoTrace, is_nccl_work, read_capture
+from xsim_trace.kineto_names import (
+    CPU_CATS,
+    GPU_CATS,
+    KERNEL_LAUNCH_CALLS,
+    RECORD_CALLS,
+    RUNTIME_CATS,
+    STEP_PREFIX,
+    SYNC_CALLS,
+    WAIT_CALLS,
+)
 
 from converters import nccl
 from converters.common import GNode, GraphBuilder, finalize
-from converters.kineto_reader import CPU_CATS, GPU_CATS, RUNTIME_CATS, Event, KinetoTrace
 
 log = logging.getLogger(__name__)
 
-STEP_PREFIX = "ProfilerStep#"
 #: a secondary thread idle longer than this starts a new burst (cross-thread edges)
 BURST_GAP_NS = 20_000
-SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-                        "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize"})
-WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "hipStreamWaitEvent"})
-RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "hipEventRecord"})
-LAUNCH_CALLS_KERNEL = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                                 "cudaLaunchCooperativeKernel", "hipLaunchKernel", "hipExtLaunchKernel"})
 #: a layer-sized scope and its index: ``layers.3``, ``layer_3``, ``DecoderLayer_3``, ``TransformerLayer_3``, ``Block_3``
 _LAYER = re.compile(r"(?:\blayers?[._]|(?:Decoder|Encoder|Transformer)?Layer_|Block_|\bh\.)(\d+)")
 CPU_STREAM_BASE = -1  # host thread k (main thread first) gets stream -1 - k
@@ -96,7 +100,7 @@ def list_steps(kt: KinetoTrace) -> list[Step]:
                 n = int(e.name[len(STEP_PREFIX):])
             except ValueError:
                 continue
-            steps.append(Step(n, e.ts, e.end, e.tid, e.pid))
+            steps.append(Step(n, e.ts_ns, e.end_ns, e.tid, e.pid))
     steps.sort(key=lambda s: (s.start_ns, s.number))
     return steps
 
@@ -111,12 +115,12 @@ def select_step(kt: KinetoTrace, step: int | str | None) -> Step:
         pid = _main_pid(cpu)
         mine = [e for e in cpu if e.pid == pid]
         tid = _busiest([e.tid for e in mine if e.cat in CPU_CATS] or [e.tid for e in mine])
-        return Step(None, min(e.ts for e in mine), max(e.end for e in mine), tid, pid)
+        return Step(None, min(e.ts_ns for e in mine), max(e.end_ns for e in mine), tid, pid)
     if step is None:
         # the last complete step (all its launches have their GPU work in the capture); a duplicated
         # number (two threads annotate it) keeps the longest span
         numbers = list(dict.fromkeys(s.number for s in reversed(steps)))
-        gpu_corrs = {e.corr for e in kt.events if e.cat in GPU_CATS and e.corr is not None}
+        gpu_corrs = {e.correlation for e in kt.events if e.cat in GPU_CATS and e.correlation is not None}
         for number in numbers:
             pick = max((s for s in steps if s.number == number), key=lambda s: (s.duration_ns, -s.start_ns))
             if _missing_gpu_work(kt, pick, gpu_corrs) <= 0.005:
@@ -137,11 +141,11 @@ def select_step(kt: KinetoTrace, step: int | str | None) -> Step:
 
 def _missing_gpu_work(kt: KinetoTrace, step: Step, gpu_corrs: set[int]) -> float:
     """Share of the step's kernel launches whose kernels the capture does not hold (cut off)."""
-    launches = [e for e in kt.events if e.cat in RUNTIME_CATS and e.name in LAUNCH_CALLS_KERNEL and e.pid == step.pid
-                and step.start_ns <= e.ts < step.end_ns and e.corr is not None]
+    launches = [e for e in kt.events if e.cat in RUNTIME_CATS and e.name in KERNEL_LAUNCH_CALLS and e.pid == step.pid
+                and step.start_ns <= e.ts_ns < step.end_ns and e.correlation is not None]
     if not launches:
         return 0.0
-    return sum(1 for e in launches if e.corr not in gpu_corrs) / len(launches)
+    return sum(1 for e in launches if e.correlation not in gpu_corrs) / len(launches)
 
 
 def _busiest(values: Iterable[Any]) -> Any:
@@ -160,7 +164,7 @@ class _Scopes:
     """Innermost enclosing ops at increasing query times, for one thread."""
 
     def __init__(self, ops: list[Event]) -> None:
-        self.ops = sorted(ops, key=lambda e: (e.ts, -e.end, e.idx))
+        self.ops = sorted(ops, key=lambda e: (e.ts_ns, -e.end_ns, e.index))
         self.ptr = 0
         self.stack: list[Event] = []
         self.last = -(1 << 62)
@@ -168,15 +172,15 @@ class _Scopes:
     def at(self, t: int) -> list[Event]:
         t = self.last = max(t, self.last)
         ops, stack = self.ops, self.stack
-        while self.ptr < len(ops) and ops[self.ptr].ts <= t:
+        while self.ptr < len(ops) and ops[self.ptr].ts_ns <= t:
             e = ops[self.ptr]
-            while stack and stack[-1].end <= e.ts:
+            while stack and stack[-1].end_ns <= e.ts_ns:
                 stack.pop()
             stack.append(e)
             self.ptr += 1
-        while stack and stack[-1].end <= t:
+        while stack and stack[-1].end_ns <= t:
             stack.pop()
-        return [e for e in stack if e.end > t]
+        return [e for e in stack if e.end_ns > t]
 
 
 #: annotations that name an operation rather than a scope
@@ -228,12 +232,12 @@ class _Thread:
 
 def _bursts(events: list[Event]) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
-    for e in sorted(events, key=lambda e: e.ts):
-        if spans and e.ts - spans[-1][1] < BURST_GAP_NS:
-            if e.end > spans[-1][1]:
-                spans[-1] = (spans[-1][0], e.end)
+    for e in sorted(events, key=lambda e: e.ts_ns):
+        if spans and e.ts_ns - spans[-1][1] < BURST_GAP_NS:
+            if e.end_ns > spans[-1][1]:
+                spans[-1] = (spans[-1][0], e.end_ns)
         else:
-            spans.append((e.ts, e.end))
+            spans.append((e.ts_ns, e.end_ns))
     return spans
 
 
@@ -275,29 +279,29 @@ class _Window:
 def _collect_window(kt: KinetoTrace, step: int | str | None) -> _Window:
     sel = select_step(kt, step)
     w0, w1 = sel.start_ns, sel.end_ns
-    in_window = lambda e: w0 <= e.ts < w1  # noqa: E731
+    in_window = lambda e: w0 <= e.ts_ns < w1  # noqa: E731
     host = [e for e in kt.events if e.pid == sel.pid and (e.cat in CPU_CATS or e.cat in RUNTIME_CATS)
             and in_window(e) and not (e.cat in CPU_CATS and e.name.startswith(STEP_PREFIX))]
-    runtime_by_corr: dict[int, Event] = {e.corr: e for e in host if e.cat in RUNTIME_CATS and e.corr is not None}
+    runtime_by_corr: dict[int, Event] = {e.correlation: e for e in host if e.cat in RUNTIME_CATS and e.correlation is not None}
     gpu: list[Event] = []
     for e in kt.events:
         if e.cat in GPU_CATS:
-            if e.corr is not None and e.corr in runtime_by_corr:
+            if e.correlation is not None and e.correlation in runtime_by_corr:
                 gpu.append(e)
-            elif (e.corr is None or e.corr not in runtime_by_corr) and e.corr is None and in_window(e):
+            elif (e.correlation is None or e.correlation not in runtime_by_corr) and e.correlation is None and in_window(e):
                 gpu.append(e)
-    gpu.sort(key=lambda e: (e.ts, e.idx))
+    gpu.sort(key=lambda e: (e.ts_ns, e.index))
     first_on_stream: dict[Any, Event] = {}
     for e in gpu:
         first_on_stream.setdefault(e.stream, e)
     busy_until: dict[Any, int] = {}
     for e in kt.events:
-        if e.cat in GPU_CATS and e.stream in first_on_stream and e.ts < first_on_stream[e.stream].ts:
-            busy_until[e.stream] = max(busy_until.get(e.stream, e.end), e.end)
+        if e.cat in GPU_CATS and e.stream in first_on_stream and e.ts_ns < first_on_stream[e.stream].ts_ns:
+            busy_until[e.stream] = max(busy_until.get(e.stream, e.end_ns), e.end_ns)
     gpu_by_corr: dict[int, list[Event]] = {}
     for e in gpu:
-        if e.corr is not None:
-            gpu_by_corr.setdefault(e.corr, []).append(e)
+        if e.correlation is not None:
+            gpu_by_corr.setdefault(e.correlation, []).append(e)
     return _Window(sel, host, runtime_by_corr, gpu, gpu_by_corr, busy_until)
 
 
@@ -323,7 +327,7 @@ def _host_threads(kt: KinetoTrace, win: _Window) -> _Threads:
     for e in win.host:
         by_tid.setdefault(e.tid, []).append(e)
     tids = sorted(by_tid, key=lambda t: (t != sel.tid, str(t)))
-    threads = [_Thread(t, i, sorted(by_tid[t], key=lambda e: (e.ts, -e.end, e.idx))) for i, t in enumerate(tids)]
+    threads = [_Thread(t, i, sorted(by_tid[t], key=lambda e: (e.ts_ns, -e.end_ns, e.index))) for i, t in enumerate(tids)]
     if not threads:
         raise FormatError(f"no host events in the selected window of ProfilerStep#{sel.number}", file=kt.name)
     main = threads[0]
@@ -334,9 +338,9 @@ def _host_threads(kt: KinetoTrace, win: _Window) -> _Threads:
 
     def waits_through(span: tuple[int, int]) -> bool:
         bs, be = span
-        if any(e.ts <= bs and e.end >= be and "backward" in e.name.lower() for e in main_spans):
+        if any(e.ts_ns <= bs and e.end_ns >= be and "backward" in e.name.lower() for e in main_spans):
             return True
-        busy = sum(min(e.end, be) - e.ts for e in main_top if bs < e.ts < be)
+        busy = sum(min(e.end_ns, be) - e.ts_ns for e in main_top if bs < e.ts_ns < be)
         return busy < 0.25 * (be - bs)
 
     blocked = {(tid, span) for tid, spans in bursts.items() for span in spans
@@ -383,10 +387,10 @@ class _HostSegments:
         for e in th.events:
             if e.cat not in RUNTIME_CATS:
                 continue
-            if e.corr is not None and e.corr in gpu_by_corr:
-                cut_events.append((e.ts, 1, e))
+            if e.correlation is not None and e.correlation in gpu_by_corr:
+                cut_events.append((e.ts_ns, 1, e))
             elif e.name in SYNC_CALLS:
-                cut_events.append((e.ts, 1, e))
+                cut_events.append((e.ts_ns, 1, e))
             elif e.name in WAIT_CALLS:
                 out.waits.append((e, th.tid))
             elif e.name in RECORD_CALLS:
@@ -399,7 +403,7 @@ class _HostSegments:
         if th is not self.ths.main:
             for start, _ in self.ths.bursts.get(th.tid, []):
                 cut_events.append((start, 2, "burst"))
-        cut_events.sort(key=lambda c: (c[0], c[1], c[2].idx if isinstance(c[2], Event) else -1))
+        cut_events.sort(key=lambda c: (c[0], c[1], c[2].index if isinstance(c[2], Event) else -1))
         return cut_events
 
     def thread(self, th: _Thread, joins: list[int]) -> None:
@@ -408,17 +412,17 @@ class _HostSegments:
         scopes = _Scopes([e for e in th.events if e.cat in CPU_CATS])
         stream_id = CPU_STREAM_BASE - th.index
         ops = [e for e in th.events if e.cat in CPU_CATS]
-        last_end = max((e.end for e in ops), default=max((e.end for e in th.events), default=w0))
+        last_end = max((e.end_ns for e in ops), default=max((e.end_ns for e in th.events), default=w0))
         cursor: GNode | None = None
         cursor_end = w0
 
         def host_call(e: Event, dep: GNode | None) -> GNode:
             nonlocal cursor, cursor_end
-            y = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=True, deps=[dep], fixed=False,
+            y = b.add(e.name, NodeType.COMP, e.ts_ns, e.end_ns, on_cpu=True, deps=[dep], fixed=False,
                       **{A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)})
             th.nodes.append(y)
             th.ends.append(y.end)
-            cursor, cursor_end = y, e.end
+            cursor, cursor_end = y, e.end_ns
             return y
 
         def segment(t: int, extra: Iterable[GNode] = ()) -> GNode:
@@ -462,14 +466,14 @@ class _HostSegments:
                     pending_cross = []
                 out.syncs.append((host_call(e, cursor), e, th.tid))
                 continue
-            stack = scopes.at(e.ts)
+            stack = scopes.at(e.ts_ns)
             node = segment(t, pending_cross)
             pending_cross = []
-            out.node[e.corr] = node
-            out.stack[e.corr] = [(s.name, s.args) for s in reversed(stack)]
-            out.scope[e.corr] = _scope_names(stack)
-            out.op[e.corr] = _innermost_op(stack)
-            if e.name not in LAUNCH_CALLS_KERNEL and all(g.end <= e.end for g in self.win.gpu_by_corr[e.corr]):
+            out.node[e.correlation] = node
+            out.stack[e.correlation] = [(s.name, s.args) for s in reversed(stack)]
+            out.scope[e.correlation] = _scope_names(stack)
+            out.op[e.correlation] = _innermost_op(stack)
+            if e.name not in KERNEL_LAUNCH_CALLS and all(g.end_ns <= e.end_ns for g in self.win.gpu_by_corr[e.correlation]):
                 # a blocking copy / memset: the call returned when the GPU op was done
                 out.blocking.append((host_call(e, node), e))
         tail = w1 if th is main and sel.number is not None else last_end
@@ -511,10 +515,10 @@ def _device_ops(kt: KinetoTrace, b: GraphBuilder, win: _Window, lau: _Launches, 
     comm_ops: list[CommOp] = []
     last_on_stream: dict[Any, GNode] = {}
     for e in win.gpu:
-        launch = lau.node.get(e.corr) if e.corr is not None else None
+        launch = lau.node.get(e.correlation) if e.correlation is not None else None
         prev = last_on_stream.get(e.stream)
         deps = [d for d in (launch, prev) if d is not None]
-        op, module = lau.scope.get(e.corr, ("", "")) if e.corr is not None else ("", "")
+        op, module = lau.scope.get(e.correlation, ("", "")) if e.correlation is not None else ("", "")
         attrs: dict[str, Any] = {A.STREAM: e.stream if e.stream is not None else 0}
         if op:
             attrs[A.LAUNCH_OP] = op
@@ -524,29 +528,29 @@ def _device_ops(kt: KinetoTrace, b: GraphBuilder, win: _Window, lau: _Launches, 
         if layer is not None:
             attrs[A.LAYER] = layer
         info = None
-        if e.cat == "kernel" and nccl.is_nccl_kernel(e.name):
-            info = nccl.describe(e.name, e.args, lau.stack.get(e.corr, []), world_size)
+        if is_nccl_work(e):
+            info = nccl.describe(e.name, e.args, lau.stack.get(e.correlation, []), world_size)
             if info is None:
                 stats["unknown_nccl"] = stats.get("unknown_nccl", 0) + 1
                 log.warning("%s: NCCL kernel %s (event %d): cannot tell which operation it is; kept as compute",
-                            kt.name, e.name[:60], e.idx)
+                            kt.name, e.name[:60], e.index)
         if info is not None:
             if info.algo:
                 attrs[A.NCCL_ALGO] = info.algo
-            node = b.add(_comm_name(info, e.name), NodeType.COMM_COLL, e.ts, e.end, on_cpu=False, deps=deps,
+            node = b.add(_comm_name(info, e.name), NodeType.COMM_COLL, e.ts_ns, e.end_ns, on_cpu=False, deps=deps,
                          timed=False, **attrs)
-            issue = win.runtime_by_corr[e.corr].ts if e.corr in win.runtime_by_corr else e.ts
+            issue = win.runtime_by_corr[e.correlation].ts_ns if e.correlation in win.runtime_by_corr else e.ts_ns
             comm_ops.append(CommOp(node, info, issue))
         else:
             if e.cat != "kernel" and e.args and isinstance(e.args.get("bytes"), int) \
                     and 0 <= e.args["bytes"] <= MAX_SIZE_BYTES:
                 attrs[A.TENSOR_SIZE] = e.args["bytes"]
-            node = b.add(e.name, NodeType.COMP, e.ts, e.end, on_cpu=False, deps=deps, **attrs)
-        if annotate is not None and e.corr is not None and lau.op.get(e.corr) is not None:
-            _apply(node, annotate(lau.op[e.corr]))  # type: ignore[arg-type]
+            node = b.add(e.name, NodeType.COMP, e.ts_ns, e.end_ns, on_cpu=False, deps=deps, **attrs)
+        if annotate is not None and e.correlation is not None and lau.op.get(e.correlation) is not None:
+            _apply(node, annotate(lau.op[e.correlation]))  # type: ignore[arg-type]
         if prev is None and e.stream in win.busy_until:
             node.idle_from = win.busy_until[e.stream]
-        gpu_node[e.idx] = node
+        gpu_node[e.index] = node
         last_on_stream[e.stream] = node
     return gpu_node, comm_ops
 
@@ -559,60 +563,60 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
     for corr, ev_list in win.gpu_by_corr.items():
         rt = win.runtime_by_corr[corr]
         for g in ev_list:
-            launches.setdefault(rt.tid, []).append((rt.ts, g))
-    all_launches = sorted((x for lst in launches.values() for x in lst), key=lambda x: (x[0], x[1].idx))
+            launches.setdefault(rt.tid, []).append((rt.ts_ns, g))
+    all_launches = sorted((x for lst in launches.values() for x in lst), key=lambda x: (x[0], x[1].index))
     for lst in launches.values():
-        lst.sort(key=lambda x: (x[0], x[1].idx))
+        lst.sort(key=lambda x: (x[0], x[1].index))
     keys = {tid: [x[0] for x in lst] for tid, lst in launches.items()}
-    rec_times = {tid: sorted(r.ts for r, t in lau.records if t == tid) for tid in {t for _, t in lau.records}}
+    rec_times = {tid: sorted(r.ts_ns for r, t in lau.records if t == tid) for tid in {t for _, t in lau.records}}
 
     def add_edge(a: Event, bnode: GNode, b_start: int) -> None:
-        an = gpu_node[a.idx]
+        an = gpu_node[a.index]
         if an is bnode:
             return
-        if a.end <= b_start:
+        if a.end_ns <= b_start:
             bnode.ctrl_deps.append(an)
         else:
             stats["dropped_edges"] += 1
 
     for w, tid in lau.waits:
         lst, ks = launches.get(tid, []), keys.get(tid, [])
-        j = bisect.bisect_right(ks, w.ts)
+        j = bisect.bisect_right(ks, w.ts_ns)
         if j >= len(lst):
             continue
         b_ev = lst[j][1]
-        limit = w.ts
+        limit = w.ts_ns
         recs = rec_times.get(tid, [])
-        r = bisect.bisect_right(recs, w.ts) - 1
+        r = bisect.bisect_right(recs, w.ts_ns) - 1
         if r >= 0:
             limit = recs[r]
         i = bisect.bisect_left(ks, limit) - 1
         while i >= 0 and lst[i][1].stream == b_ev.stream and r < 0:
             i -= 1
         if i >= 0 and lst[i][1].stream != b_ev.stream:
-            add_edge(lst[i][1], gpu_node[b_ev.idx], b_ev.ts)
+            add_edge(lst[i][1], gpu_node[b_ev.index], b_ev.ts_ns)
     all_keys = [x[0] for x in all_launches]
     for y, e, tid in lau.syncs:
-        before = all_launches[:bisect.bisect_left(all_keys, e.ts)]
+        before = all_launches[:bisect.bisect_left(all_keys, e.ts_ns)]
         if e.name.endswith("DeviceSynchronize"):
             last: dict[Any, Event] = {}
             for _, g in before:
                 last[g.stream] = g
             targets = list(last.values())
         else:
-            mine = [g for _, g in launches.get(tid, [])[:bisect.bisect_left(keys.get(tid, []), e.ts)]]
+            mine = [g for _, g in launches.get(tid, [])[:bisect.bisect_left(keys.get(tid, []), e.ts_ns)]]
             targets = []
             if mine:
                 stream = mine[-1].stream
                 targets = [next(g for g in reversed(mine) if g.stream == stream)]
         for g in targets:
-            if g.end <= e.end:
-                y.ctrl_deps.append(gpu_node[g.idx])
+            if g.end_ns <= e.end_ns:
+                y.ctrl_deps.append(gpu_node[g.index])
             else:
                 stats["dropped_edges"] += 1
     for y, e in lau.blocking:
-        for g in win.gpu_by_corr[e.corr]:
-            y.ctrl_deps.append(gpu_node[g.idx])
+        for g in win.gpu_by_corr[e.correlation]:
+            y.ctrl_deps.append(gpu_node[g.index])
 
 
 def _rank_metadata(kt: KinetoTrace, rank: int, world_size: int, sel: Step) -> dict[str, Any]:
@@ -657,23 +661,23 @@ def _infer_stream_waits(gpu: list[Event], gpu_node: dict[int, GNode], runtime_by
                         stats: dict[str, int]) -> None:
     """Edges for waits the trace does not record (event record/wait without ids, another thread):
     an op that idles long after its deps, right after an op on another stream ended, waited for it."""
-    by_end = sorted(gpu, key=lambda e: (e.end, e.idx))
-    ends = [e.end for e in by_end]
+    by_end = sorted(gpu, key=lambda e: (e.end_ns, e.index))
+    ends = [e.end_ns for e in by_end]
     for e in gpu:
-        node = gpu_node[e.idx]
+        node = gpu_node[e.index]
         deps = node.deps()
-        ready = max((d.end for d in deps), default=e.ts)
-        if e.ts - ready < INFER_WAIT_MIN_GAP_NS:
+        ready = max((d.end for d in deps), default=e.ts_ns)
+        if e.ts_ns - ready < INFER_WAIT_MIN_GAP_NS:
             continue
-        launch_ts = runtime_by_corr[e.corr].ts if e.corr in runtime_by_corr else e.ts
-        hi = bisect.bisect_right(ends, e.ts)
-        lo = bisect.bisect_left(ends, e.ts - INFER_WAIT_MAX_LAG_NS)
+        launch_ts = runtime_by_corr[e.correlation].ts_ns if e.correlation in runtime_by_corr else e.ts_ns
+        hi = bisect.bisect_right(ends, e.ts_ns)
+        lo = bisect.bisect_left(ends, e.ts_ns - INFER_WAIT_MAX_LAG_NS)
         for cand in reversed(by_end[lo:hi]):
-            if cand.stream == e.stream or cand.idx == e.idx:
+            if cand.stream == e.stream or cand.index == e.index:
                 continue
-            cand_launch = runtime_by_corr[cand.corr].ts if cand.corr in runtime_by_corr else cand.ts
+            cand_launch = runtime_by_corr[cand.correlation].ts_ns if cand.correlation in runtime_by_corr else cand.ts_ns
             if cand_launch <= launch_ts:
-                node.ctrl_deps.append(gpu_node[cand.idx])
+                node.ctrl_deps.append(gpu_node[cand.index])
                 stats["inferred_waits"] = stats.get("inferred_waits", 0) + 1
                 break
 
@@ -702,14 +706,11 @@ class Conversion:
 def read_ranks(sources: Sequence[Any], progress: Callable[[int], None] | None = None,
                on_file: Callable[[str], None] | None = None) -> list[KinetoTrace]:
     """Read Kineto files (``xsim_trace.io.sources.Source``) and order them by rank."""
-    from converters.kineto_reader import read_kineto
-
     out = []
     for src in sources:
         if on_file is not None:
             on_file(src.name)
-        with src.open() as handle:
-            out.append(read_kineto(handle, src.name, progress))
+        out.append(read_capture(src, progress))
     return out
 
 
@@ -753,7 +754,7 @@ def convert_kineto(kts: Sequence[KinetoTrace], *, step: int | str | None = None,
         g.metadata[A.META_SOURCE] = source
         graphs.append(g)
         if consume:
-            kt.events = []
+            kt.events.clear()
     groups = crossrank.assign([crossrank.RankOps(g.rank, g.comm_ops) for g in graphs], world, alltoall)
     groups_json = {k: list(v) for k, v in groups.items()}
     from xsim_trace.graph.model import comm_groups_to_json

@@ -19,15 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from xsim_trace.graph.bounds import MAX_SIZE_BYTES, MAX_WORLD_SIZE
 from xsim_trace.graph.kinds import CollectiveType
-from xsim_trace.nccl_names import (  # noqa: F401 - DTYPE_BYTES, is_nccl_kernel: re-exported for the converter
-    COLLECTIVE_BY_NAME,
-    DTYPE_BYTES,
-    RECV_NAMES,
-    SEND_NAMES,
-    dtype_bytes,
-    is_nccl_kernel,
-    normalise,
-)
+from xsim_trace.nccl_names import COLLECTIVE_BY_NAME, RECV_NAMES, SEND_NAMES, arg_count, dtype_bytes, normalise
 from xsim_trace.nccl_names import parse_kernel_name as parse_nccl_kernel
 
 
@@ -93,18 +85,6 @@ def parse_ranks(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _nelems(args: Mapping[str, Any], key: str, maximum: int = MAX_SIZE_BYTES) -> int | None:
-    """A count, size or rank from the NCCL args; None when absent, unreadable or out of 0..maximum."""
-    v = args.get(key)
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, float) and math.isfinite(v):
-        v = int(v)
-    if isinstance(v, str) and v.strip().isdigit() and len(v.strip()) < 20:
-        v = int(v)
-    return v if isinstance(v, int) and 0 <= v <= maximum else None
-
-
 def from_args(args: Mapping[str, Any] | None, world_size: int) -> CommInfo | None:
     """From the NCCL args Kineto writes on kernels and record_param_comms (PyTorch >= 2.1)."""
     if not args or "Collective name" not in args:
@@ -113,10 +93,10 @@ def from_args(args: Mapping[str, Any] | None, world_size: int) -> CommInfo | Non
     if what is None:
         return None
     elem = dtype_bytes(args.get("dtype")) or 1
-    n_in = _nelems(args, "In msg nelems")
-    n_out = _nelems(args, "Out msg nelems")
-    in_bytes = n_in * elem if n_in is not None else (_nelems(args, "In msg size") or 0)
-    out_bytes = n_out * elem if n_out is not None else (_nelems(args, "Out msg size") or in_bytes)
+    n_in = arg_count(args, "In msg nelems")
+    n_out = arg_count(args, "Out msg nelems")
+    in_bytes = n_in * elem if n_in is not None else (arg_count(args, "In msg size") or 0)
+    out_bytes = n_out * elem if n_out is not None else (arg_count(args, "Out msg size") or in_bytes)
     in_bytes, out_bytes = min(in_bytes, MAX_SIZE_BYTES), min(out_bytes, MAX_SIZE_BYTES)
     ranks = parse_ranks(args.get("Process Group Ranks"))
     pg = args.get("Process Group Name")
@@ -126,7 +106,7 @@ def from_args(args: Mapping[str, Any] | None, world_size: int) -> CommInfo | Non
     peer = None
     if kind is not CommKind.COLLECTIVE:
         for key in ("Dst Rank", "Src Rank", "Rank"):
-            v = _nelems(args, key, MAX_WORLD_SIZE - 1)
+            v = arg_count(args, key, MAX_WORLD_SIZE - 1)
             if v is not None:
                 peer = v
                 break

@@ -26,11 +26,13 @@ import ijson
 from xsim_trace.errors import FormatError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.model import IOInfo
+from xsim_trace.io.json_input import GuardedReader
+from xsim_trace.io.kineto import KinetoEvent as Event
+from xsim_trace.io.kineto import KinetoTrace
+from xsim_trace.io.sources import Source, rank_from_name
+from xsim_trace.kineto_names import CPU_CATS
 
 from converters.kineto import Conversion, convert_kineto
-from converters.kineto_reader import CPU_CATS, Event, KinetoTrace
-from xsim_trace.io.json_input import GuardedReader
-from xsim_trace.io.sources import Source, rank_from_name
 
 log = logging.getLogger(__name__)
 
@@ -173,23 +175,23 @@ def link(et: EtTrace, kt: KinetoTrace) -> tuple[dict[int, EtOp], LinkStats]:
     used: set[int] = set()
     n_rf = n_ext = n_order = 0
     for e in ops:
-        if e.rf is not None and e.rf in by_rf and by_rf[e.rf].name == e.name:
-            linked[e.idx] = by_rf[e.rf]
-            used.add(by_rf[e.rf].id)
+        if e.record_function_id is not None and e.record_function_id in by_rf and by_rf[e.record_function_id].name == e.name:
+            linked[e.index] = by_rf[e.record_function_id]
+            used.add(by_rf[e.record_function_id].id)
             n_rf += 1
-    rest = [e for e in ops if e.idx not in linked and e.ext is not None]
+    rest = [e for e in ops if e.index not in linked and e.external_id is not None]
     if rest:
         def agree(k: int) -> int:
-            return sum(1 for e in rest if (o := by_rf.get(e.ext + k)) is not None and o.name == e.name)  # type: ignore[operator]
+            return sum(1 for e in rest if (o := by_rf.get(e.external_id + k)) is not None and o.name == e.name)  # type: ignore[operator]
 
         best = max((0, -1, 1), key=lambda k: (agree(k), -abs(k)))
         for k in (best, *(x for x in (0, -1, 1) if x != best)):
             for e in rest:
-                if e.idx in linked:
+                if e.index in linked:
                     continue
-                o = by_rf.get(e.ext + k)  # type: ignore[operator]
+                o = by_rf.get(e.external_id + k)  # type: ignore[operator]
                 if o is not None and o.name == e.name and o.id not in used:
-                    linked[e.idx] = o
+                    linked[e.index] = o
                     used.add(o.id)
                     n_ext += 1
     # by order of occurrence, per name
@@ -197,13 +199,13 @@ def link(et: EtTrace, kt: KinetoTrace) -> tuple[dict[int, EtOp], LinkStats]:
     for o in sorted(et.ops, key=lambda o: o.id):
         if o.id not in used:
             queues.setdefault(o.name, []).append(o)
-    for e in sorted(ops, key=lambda e: (e.ts, -e.end, e.idx)):
-        if e.idx in linked:
+    for e in sorted(ops, key=lambda e: (e.ts_ns, -e.end_ns, e.index)):
+        if e.index in linked:
             continue
         q = queues.get(e.name)
         if q:
             o = q.pop(0)
-            linked[e.idx] = o
+            linked[e.index] = o
             used.add(o.id)
             n_order += 1
     return linked, LinkStats(n_rf, n_ext, n_order, len(et.ops), len(ops))
@@ -211,7 +213,7 @@ def link(et: EtTrace, kt: KinetoTrace) -> tuple[dict[int, EtOp], LinkStats]:
 
 def annotator(linked: dict[int, EtOp]) -> Callable[[Event], tuple[dict[str, Any], IOInfo, IOInfo] | None]:
     def annotate(e: Event) -> tuple[dict[str, Any], IOInfo, IOInfo] | None:
-        o = linked.get(e.idx)
+        o = linked.get(e.index)
         if o is None:
             return None
         attrs: dict[str, Any] = {}

@@ -160,7 +160,6 @@ def run_kineto(folder: Path, name: str, data: bytes) -> None:
     from converters.kineto import convert_kineto, read_ranks
     from xsim_trace.io import write_rank_set
     from xsim_trace.io.sources import resolve_inputs
-    from xsim_trace.validate.kineto_events import iter_events, read_header
 
     path = _write(folder, name, data)
     sources = resolve_inputs(path)
@@ -168,9 +167,6 @@ def run_kineto(folder: Path, name: str, data: bytes) -> None:
     write_rank_set(str(folder / "out"), conv.traces, conv.comm_groups)
     from xsim_trace.validate.measured import measure_capture
 
-    read_header(sources[0])
-    for _ in iter_events(sources[0]):
-        pass
     measure_capture(sources[0])
 
 

@@ -25,9 +25,9 @@ from convert_helpers import DLRM_STEP_MS, dlrm_conversion, dlrm_kineto_raw, hta_
 def _window_gpu_events(kt):
     """GPU events launched inside ProfilerStep#10, computed directly from the raw events."""
     step = next(e for e in kt.events if e.name == "ProfilerStep#10")
-    launches = {e.corr for e in kt.events if e.cat == "cuda_runtime" and e.pid == step.pid
-                and step.ts <= e.ts < step.end and e.corr is not None}
-    return [e for e in kt.events if e.cat in ("kernel", "gpu_memcpy", "gpu_memset") and e.corr in launches]
+    launches = {e.correlation for e in kt.events if e.cat == "cuda_runtime" and e.pid == step.pid
+                and step.ts_ns <= e.ts_ns < step.end_ns and e.correlation is not None}
+    return [e for e in kt.events if e.cat in ("kernel", "gpu_memcpy", "gpu_memset") and e.correlation in launches]
 
 
 def test_dlrm_eight_rank_files_and_checks_clean(tmp_path):
@@ -94,8 +94,8 @@ def test_dlrm_kernel_time_preserved():
         raw = _window_gpu_events(kt)
         trace = conv.traces[rank]
         device = [n for n in trace.nodes if not n.is_cpu_op and not n.attr(A.DELAY)]
-        assert sum(node_time_ns(n) for n in device) == sum(e.dur for e in raw)
-        nccl_raw = sum(e.dur for e in raw if e.name.startswith("ncclKernel"))
+        assert sum(node_time_ns(n) for n in device) == sum(e.dur_ns for e in raw)
+        nccl_raw = sum(e.dur_ns for e in raw if e.name.startswith("ncclKernel"))
         assert sum(int(n.attr(A.MEASURED_DURATION_NS)) for n in device if n.is_comm) == nccl_raw
         assert all(n.attr(A.DURATION_NS) is None for n in device if n.is_comm)
 

@@ -34,7 +34,7 @@ def test_dlrm_et_pairs_by_pid_and_links_nearly_all_ops():
         assert stats.et_ops == len(et.ops) and stats.linked >= 0.99 * stats.et_ops
         # a link joins ops of one name; for comm ops the two captures' input shapes agree
         for idx, op in linked.items():
-            ev = next(e for e in kt.events if e.idx == idx)
+            ev = next(e for e in kt.events if e.index == idx)
             assert ev.name == op.name
             if ev.args and "Input Dims" in ev.args and ev.name.startswith("nccl:"):
                 assert json.loads(op.inputs.shapes) == ev.args["Input Dims"]

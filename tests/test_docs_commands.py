@@ -121,3 +121,21 @@ def test_documented_backend_names_exist():
         for name in names:
             if name and name.upper() != name:  # skip placeholders such as NAME
                 assert normalise_name(name) in known and "_" not in name, f"{doc.name}: unknown backend {name!r}"
+
+
+def test_docs_and_tools_run_what_the_readme_installs():
+    """The README installs with pip into the current environment: no doc or tool usage line may assume a
+    `.venv/bin/...` the reader never created."""
+    texts = [*DOCS, *sorted((REPO / "tools").glob("*.py")), *sorted((REPO / "traces").rglob("README.md"))]
+    offenders = [str(p.relative_to(REPO)) for p in texts if ".venv/bin/" in p.read_text(encoding="utf-8")]
+    assert offenders == []
+
+
+def test_backend_names_are_spelled_as_the_cli_takes_them():
+    """`analytical_ca` in prose is the module (analytical_ca.py), never the backend: docs say `analytical-ca`."""
+    for doc in DOCS:
+        for name in known_backends():
+            if "-" not in name:
+                continue
+            wrong = re.findall(rf"\b{re.escape(name.replace('-', '_'))}\b(?!\.py)", doc.read_text(encoding="utf-8"))
+            assert wrong == [], f"{doc.name}: backend spelled {wrong[0]!r}; the CLI name is {name!r}"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from xsim_trace.cli.main import main
-from xsim_trace.errors import ConfigError, FormatError, XsimError
+from xsim_trace.errors import ConfigError, FormatError
 from xsim_trace.io.json_input import MAX_JSON_DEPTH
 from xsim_trace.io.sources import Source
 
@@ -80,17 +80,17 @@ def test_deep_json_is_refused_early(depth):
     assert time.process_time() - t0 < 2.0
 
 
-def test_validate_reader_refuses_the_same_events(tmp_path):
-    from xsim_trace.validate.kineto_events import iter_events
+def test_validate_refuses_the_same_events_with_the_same_message(tmp_path):
+    """One reader (xsim_trace.io.kineto) behind the converter and validation: one refusal, word for word."""
+    from xsim_trace.validate.measured import measure_capture
 
     for _label, event in KINETO_BAD_EVENTS:
-        path = tmp_path / "rank0.json"
-        path.write_text(json.dumps(_kineto([event])))
-        src = Source(str(path), lambda p=path: open(p, "rb"))
-        try:
-            list(iter_events(src))
-        except XsimError:
-            pass
+        data = json.dumps(_kineto([event])).encode()
+        with pytest.raises(FormatError) as converting:
+            _read_and_convert(data)
+        with pytest.raises(FormatError) as measuring:
+            measure_capture(Source("rank0.json", lambda d=data: io.BytesIO(d)))
+        assert str(measuring.value) == str(converting.value)
 
 
 CLUSTER_BAD = [

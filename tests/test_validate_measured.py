@@ -11,7 +11,8 @@ import pytest
 
 from xsim_trace.errors import ConfigError, FormatError
 from xsim_trace.validate import intervals as iv
-from xsim_trace.validate.kineto_events import resolve_captures, us_to_ns
+from xsim_trace.io.kineto import us_to_ns
+from xsim_trace.validate.kineto_events import resolve_captures
 from xsim_trace.validate.measured import (
     ALL_STEPS,
     measure,
@@ -137,7 +138,7 @@ def test_bad_inputs_name_the_problem(tmp_path):
     bad = tmp_path / "bad" / "rank0.json"
     bad.parent.mkdir()
     bad.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "ts": 1, "dur": ')
-    with pytest.raises(FormatError, match="not valid JSON"):
+    with pytest.raises(FormatError, match="malformed JSON after event 0"):
         measure(str(bad))
 
 

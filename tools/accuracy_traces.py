@@ -5,7 +5,7 @@ For each capture: convert (xsim-convert kineto), replay on the cluster preset ma
 compare per rank (and step) the simulated with the measured ProfilerStep time, and per NCCL kernel.
 Prints one summary table, then the per-rank rows; ``--json FILE`` writes everything.
 
-    .venv/bin/python tools/accuracy_traces.py [--backend analytical] [--collective-model auto|nccl|schedule]
+    python tools/accuracy_traces.py [--backend analytical] [--collective-model auto|nccl|schedule]
                                               [--details] [--json out.json]
 """
 

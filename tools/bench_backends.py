@@ -13,7 +13,7 @@ Workloads (on a preset cluster, default dgx-h100:128 = 1,024 ranks on a leaf/spi
             collective model: the iteration time, its difference from analytical, and CPU seconds
             (the measured fidelity and speed behind the default backend, docs/network.md)
 
-Usage: .venv/bin/python tools/bench_backends.py [--cluster dgx-h100:128] [--backends analytical,flow]
+Usage: python tools/bench_backends.py [--cluster dgx-h100:128] [--backends analytical,flow]
        [--step-ranks 64] [--skip-flows]
 """
 

@@ -2,9 +2,9 @@
 
 Usage::
 
-    .venv/bin/python tools/bench_convert.py                 # the largest shared Kineto trace
-    .venv/bin/python tools/bench_convert.py PATH [--step all]
-    .venv/bin/python tools/bench_convert.py --synthetic 2000000   # a generated trace of N events
+    python tools/bench_convert.py                 # the largest shared Kineto trace
+    python tools/bench_convert.py PATH [--step all]
+    python tools/bench_convert.py --synthetic 2000000   # a generated trace of N events
 
 Prints, per phase (streaming read, graph build + write), events per second and the peak Python
 heap (tracemalloc) next to the size of the JSON text, plus the process's peak RSS.

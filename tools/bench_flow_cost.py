@@ -8,9 +8,9 @@ share links.  Each backend runs the same flows through the protocol (start_flow 
 and the table also shows the cost per simulated MB.  ``setup s`` is building the backend (for
 ns3: starting the worker process and importing NS-3 the first time, then a fork per session).
 
-    .venv/bin/python tools/bench_flow_cost.py                  # all available backends
-    .venv/bin/python tools/bench_flow_cost.py --backend flow --flows 20000
-    .venv/bin/python tools/bench_flow_cost.py --engine-ca         # analytical-ca through the replay engine
+    python tools/bench_flow_cost.py                  # all available backends
+    python tools/bench_flow_cost.py --backend flow --flows 20000
+    python tools/bench_flow_cost.py --engine-ca         # analytical-ca through the replay engine
 
 ``--engine-ca``: ring all-reduces replayed by the engine over ``analytical-ca`` (chunks 4, one in flight,
 10 ns endpoint delay), by the Python loop and by the compiled loop (:mod:`xsim_trace.replay.compiled_ca`),

@@ -2,15 +2,15 @@
 """Mixed H100 + A100 Llama-2-7B example: the three resharding strategies and uniform vs
 throughput-proportional (non-uniform) partitioning, rewritten and replayed, in one table.
 
-    .venv/bin/python tools/compare_plans.py                 # the pipeline plan, 3 strategies x 2 partitions
-    .venv/bin/python tools/compare_plans.py --all --markdown # every plan in traces/plans/
+    python tools/compare_plans.py                 # the pipeline plan, 3 strategies x 2 partitions
+    python tools/compare_plans.py --all --markdown # every plan in traces/plans/
 
 Templates come from the plans' model timed by the device catalog (the workload generator's ops) or
 from a captured trace (--source PREFIX --device NAME --tp N).  The replay is the event-driven engine
 on the bundled mixed-h100-a100 cluster with the congestion-aware analytical backend (--cluster,
 --backend), or with --quick the plans' closed form (xsim_trace.plan.closed_form, no replay).
 
-    .venv/bin/python tools/compare_plans.py --all --accuracy  # closed form vs engine replay, per variant
+    python tools/compare_plans.py --all --accuracy  # closed form vs engine replay, per variant
 
 --accuracy prints, per variant, the closed form's step next to the engine replay's on a cluster built
 from the plan's own device groups (``analytical``, the bandwidths the closed form assumes), the

@@ -3,7 +3,7 @@
 plus one 96-GPU case): iteration time, exposed stage-boundary communication and reshard / PP
 transfer time per strategy, rewritten from the catalog-timed model and replayed on the engine.
 
-    .venv/bin/python tools/figure12_pairs.py [--backend NAME] [--markdown]
+    python tools/figure12_pairs.py [--backend NAME] [--markdown]
 
 Model: a GPT-style 2.7B model with 24 attention heads (so TP 6, 4, 8 and 1 all divide them),
 32 layers, hidden 3072, seq 2048, micro-batch 1, 8 micro-batches, 1F1B, auto partition (the

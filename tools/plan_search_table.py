@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The plan search against the hand-written bundled plans, and the search's scale, in one run.
 
-    .venv/bin/python tools/plan_search_table.py            # bundled plans: hand-written vs searched
-    .venv/bin/python tools/plan_search_table.py --scale    # also the 1,024-GPU 3-group cluster (CPU s)
+    python tools/plan_search_table.py            # bundled plans: hand-written vs searched
+    python tools/plan_search_table.py --scale    # also the 1,024-GPU 3-group cluster (CPU s)
 
 For each plan in traces/plans/ the search gets the plan's own device groups, model, sequence
 length and global batch; both the hand-written plan (its own partition mode) and the search's best

@@ -5,10 +5,12 @@ measured side of validation (``xsim_trace/validate/measured.py``): collective na
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
+from xsim_trace.graph.bounds import MAX_SIZE_BYTES
 from xsim_trace.graph.kinds import CollectiveType
 
 #: element sizes of the dtype spellings seen in Kineto args, kernel names and ET types
@@ -26,6 +28,20 @@ for _names, _size in (
 ):
     for _n in _names:
         DTYPE_BYTES[_n] = _size
+
+
+def arg_count(args: Mapping[str, Any], key: str, maximum: int = MAX_SIZE_BYTES) -> int | None:
+    """A count, size or rank from the NCCL args Kineto records (``In msg nelems``, ``Group size``,
+    ``Dst Rank``): an int, a finite float or digit text within ``0..maximum``; None when absent,
+    unreadable or out of range."""
+    v = args.get(key)
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float) and math.isfinite(v):
+        v = int(v)
+    if isinstance(v, str) and v.strip().isdigit() and len(v.strip()) < 20:
+        v = int(v)
+    return v if isinstance(v, int) and 0 <= v <= maximum else None
 
 
 def dtype_bytes(name: Any) -> int | None:
@@ -92,6 +108,7 @@ def collective_of(name: str) -> CollectiveType | None:
 
 
 def is_nccl_kernel(name: str) -> bool:
+    """Whether a device event's name is an NCCL kernel (the converters and validation both ask this)."""
     return name.startswith(("ncclKernel", "ncclDevKernel", "nccl::", "ncclSendRecv")) or "nccl" in name[:24].lower()
 
 

@@ -76,12 +76,14 @@ def _read(sources: list, quiet: bool, desc: str) -> list:
         return read_ranks(sources, progress=bar.update)
 
 
-def _summary(prefix: str, conv: Any, paths: list) -> None:
+def _summary(prefix: str, conv: Any, paths: list, quiet: bool) -> None:
+    """The conversion's result on stdout; the files written on stderr, unless quiet."""
     from converters.summary import describe
 
     print(describe(conv, prefix))
-    print(f"wrote {len(paths)} file(s): {paths[0]} ... {paths[-1]}" if len(paths) > 1 else f"wrote {paths[0]}",
-          file=sys.stderr)
+    if not quiet:
+            print(f"wrote {len(paths)} file(s): {paths[0]} ... {paths[-1]}" if len(paths) > 1 else f"wrote {paths[0]}",
+              file=sys.stderr)
 
 
 def cmd_kineto(args: argparse.Namespace) -> int:
@@ -92,7 +94,7 @@ def cmd_kineto(args: argparse.Namespace) -> int:
     kts = _read(sources, args.quiet, "reading Kineto")
     conv = convert_kineto(kts, step=args.step, alltoall=args.alltoall, consume=True)
     paths = write_rank_set(args.output, conv.traces, conv.comm_groups, compress=args.compress)
-    _summary(args.output, conv, paths)
+    _summary(args.output, conv, paths, args.quiet)
     return 0
 
 
@@ -104,7 +106,7 @@ def cmd_pytorch(args: argparse.Namespace) -> int:
     ets = read_ets(resolve_inputs(args.et))
     conv = convert_pytorch(ets, kts, step=args.step, alltoall=args.alltoall)
     paths = write_rank_set(args.output, conv.traces, conv.comm_groups, compress=args.compress)
-    _summary(args.output, conv, paths)
+    _summary(args.output, conv, paths, args.quiet)
     return 0
 
 
@@ -117,5 +119,5 @@ def cmd_text(args: argparse.Namespace) -> int:
         raise ConfigError(f"expected a positive number of passes, found {args.num_passes}", field="--num-passes")
     conv = convert_text_file(args.input, num_npus=args.num_npus, num_passes=args.num_passes, time_unit=args.time_unit)
     paths = write_rank_set(args.output, conv.traces, conv.comm_groups)
-    _summary(args.output, conv, paths)
+    _summary(args.output, conv, paths, args.quiet)
     return 0

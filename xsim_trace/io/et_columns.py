@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -101,7 +102,7 @@ def _read_bytes(path: str) -> bytes | None:
             data = f.read()
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):  # unreadable: the typed reader words the error
         return None
     return data
 

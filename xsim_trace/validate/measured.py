@@ -11,53 +11,36 @@ spent in blocking CUDA calls; and launch-call statistics.  Across ranks that sha
 
 from __future__ import annotations
 
-import bisect
 import logging
 import re
 import statistics
-from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 from xsim_trace.errors import ConfigError, FormatError
+from xsim_trace.graph.bounds import MAX_WORLD_SIZE
 from xsim_trace.nccl_names import (
     P2P_KERNEL_NAMES,
     RECV_NAMES,
     SEND_NAMES,
+    arg_count,
     collective_of,
     dtype_bytes,
     normalise,
     parse_kernel_loosely,
     parse_kernel_name,
 )
+from xsim_trace.io.kineto import KinetoEvent as Event
+from xsim_trace.io.kineto import is_nccl_work, read_capture
+from xsim_trace.kineto_names import BLOCKING_CALLS, COPY_CALLS, GPU_CATS, LAUNCH_CALLS, RUNTIME_CATS, STEP_PREFIX
 from xsim_trace.validate import intervals as iv
-from xsim_trace.validate.kineto_events import (
-    GPU_CATEGORIES,
-    RUNTIME_CATEGORIES,
-    CaptureFile,
-    Event,
-    read_header,
-    resolve_captures,
-    iter_events,
-)
+from xsim_trace.validate.kineto_events import CaptureFile, capture_rank, device_name, resolve_captures
 
 log = logging.getLogger(__name__)
 
 #: Step.number of the span covering every ProfilerStep (``--step all``)
 ALL_STEPS = -1
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-#: host calls that block until device work finishes
-BLOCKING_CALLS = frozenset(
-    {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}
-)
-#: host calls that launch kernels (or a CUDA graph of them)
-LAUNCH_CALLS = frozenset(
-    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
-     "cudaLaunchCooperativeKernel"}
-)
-#: host calls that queue copies / fills (a pageable cudaMemcpyAsync blocks like a synchronize)
-COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy2DAsync"})
-
-
+_STEP_RE = re.compile(rf"^{re.escape(STEP_PREFIX)}(\d+)$")
 @dataclass(frozen=True, slots=True)
 class Step:
     number: int  # ALL_STEPS (-1) for the span of all ProfilerSteps
@@ -165,14 +148,9 @@ def _parse_nccl_name(name: str) -> tuple[str, str, str]:
 
 
 def _nelems_bytes(args: Mapping, key: str, dtype: str | None) -> int | None:
-    n = args.get(key)
+    n = arg_count(args, key)
     width = dtype_bytes(dtype)
-    if n is None or width is None:
-        return None
-    try:
-        return int(n) * width
-    except (TypeError, ValueError, OverflowError):
-        return None
+    return n * width if n is not None and width is not None else None
 
 
 def nccl_kernel(ordinal: int, ev: Event, launch_ns: int | None) -> NcclKernel:
@@ -183,7 +161,6 @@ def nccl_kernel(ordinal: int, ev: Event, launch_ns: int | None) -> NcclKernel:
     if isinstance(named, str) and collective_label(named) is not None:
         coll = collective_label(named)
     dtype = args.get("dtype") if isinstance(args.get("dtype"), str) else None
-    group = args.get("Group size")
     pg = args.get("Process Group Name")
     return NcclKernel(
         ordinal=ordinal,
@@ -198,7 +175,7 @@ def nccl_kernel(ordinal: int, ev: Event, launch_ns: int | None) -> NcclKernel:
         size_bytes=_nelems_bytes(args, "In msg nelems", dtype),
         out_size_bytes=_nelems_bytes(args, "Out msg nelems", dtype),
         dtype=dtype,
-        group_size=int(group) if isinstance(group, (int, float)) else None,
+        group_size=arg_count(args, "Group size", MAX_WORLD_SIZE),
         pg_name=str(pg) if pg is not None else None,
     )
 
@@ -237,23 +214,19 @@ def choose_step(steps: Sequence[Step], number: int | str | None, source: str = "
 def measure_capture(capture: CaptureFile, step: int | str | None = None, position: int | None = None) -> RankMeasurement:
     """Measure one rank's capture for ``ProfilerStep#step`` (default: :func:`default_step`).  The rank is
     ``distributedInfo.rank``, else the number in the file name, else ``position`` (as xsim-convert does)."""
-    header = read_header(capture)
-    if header.rank is None:
-        if position is None:
-            raise FormatError("cannot tell the rank (no distributedInfo.rank, no rank in the file name)",
-                              file=capture.name)
-        header = replace(header, rank=position)
+    trace = read_capture(capture)
+    rank = capture_rank(trace, capture, position)
     steps: list[Step] = []
     gpu: list[Event] = []
     runtime: list[Event] = []
     cpu_ops: list[Event] = []
-    for ev in iter_events(capture):
+    for ev in trace.events:
         m = _STEP_RE.match(ev.name)
         if m and ev.cat in ("user_annotation", "cpu_op"):
             steps.append(Step(int(m.group(1)), ev.ts_ns, ev.dur_ns))
-        elif ev.cat in GPU_CATEGORIES:
+        elif ev.cat in GPU_CATS:
             gpu.append(ev)
-        elif ev.cat in RUNTIME_CATEGORIES:
+        elif ev.cat in RUNTIME_CATS:
             runtime.append(ev)
         elif ev.cat == "cpu_op":
             cpu_ops.append(ev)
@@ -261,10 +234,11 @@ def measure_capture(capture: CaptureFile, step: int | str | None = None, positio
     unique = {s.number: s for s in sorted(steps, key=lambda s: (s.number, -s.duration_ns))[::-1]}
     all_steps = tuple(sorted(unique.values(), key=lambda s: s.number))
     chosen = choose_step(all_steps, step, capture.name)
-    return _measure_step(header, capture.name, all_steps, chosen, gpu, runtime, cpu_ops)
+    return _measure_step(rank, trace.world_size, device_name(trace), capture.name, all_steps, chosen,
+                         gpu, runtime, cpu_ops)
 
 
-def _measure_step(header, source, all_steps, step, gpu, runtime, cpu_ops) -> RankMeasurement:
+def _measure_step(rank, world_size, device, source, all_steps, step, gpu, runtime, cpu_ops) -> RankMeasurement:
     lo, hi = step.start_ns, step.end_ns
     launch_by_corr: dict[int, Event] = {}
     for ev in runtime:
@@ -277,7 +251,7 @@ def _measure_step(header, source, all_steps, step, gpu, runtime, cpu_ops) -> Ran
         return lo <= t < hi
 
     events = sorted((e for e in gpu if in_step(e)), key=lambda e: (e.ts_ns, e.index))
-    is_nccl = [("nccl" in e.name.lower()) for e in events]
+    is_nccl = [is_nccl_work(e) for e in events]
     busy = iv.clip(((e.ts_ns, e.end_ns) for e in events), lo, hi)
     compute = iv.clip(((e.ts_ns, e.end_ns) for e, n in zip(events, is_nccl) if not n), lo, hi)
     nccl_busy = iv.clip(((e.ts_ns, e.end_ns) for e, n in zip(events, is_nccl) if n), lo, hi)
@@ -309,9 +283,9 @@ def _measure_step(header, source, all_steps, step, gpu, runtime, cpu_ops) -> Ran
     first = min((e.ts_ns for e in events), default=hi)
     last = max((e.end_ns for e in events), default=lo)
     return RankMeasurement(
-        rank=int(header.rank),
-        world_size=header.world_size,
-        device_name=header.device_name,
+        rank=rank,
+        world_size=world_size,
+        device_name=device,
         source=source,
         steps=all_steps,
         step=step,

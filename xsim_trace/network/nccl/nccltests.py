@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xsim_trace.errors import FormatError
+from xsim_trace.nccl_names import dtype_bytes
 from xsim_trace.network.nccl.kinds import CollKind
 from xsim_trace.network.nccl.model import bus_factor
 
@@ -233,7 +234,7 @@ def render_log(
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
     ]
-    elem = 2 if dtype in ("half", "bfloat16") else 8 if dtype == "double" else 4
+    elem = dtype_bytes(dtype) or 4  # nccl-tests -d names (half, bfloat16, double, int8, ...)
     for size, t_us in rows:
         algbw = size / (t_us * 1000.0)
         busbw = algbw * bus_factor(collective, n)
