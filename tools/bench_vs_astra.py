@@ -14,7 +14,9 @@ the results, for both.
 
 The settings are made to agree: one ``Switch`` dimension of B GB/s (ASTRA-sim's GB is 2^30 bytes) and
 L ns per link <-> a single-switch cluster of ``astra_GBps(B)`` and L ns; ring collectives in 4 chunks with
-1 (2 for the HGX cases) in flight per rank and a 10 ns endpoint delay on both; where a set has a single
+1 (2 for the HGX cases) in flight per rank and a 10 ns endpoint delay on both; ``analytical-ca`` sends
+each message whole (``--chunk-bytes 0``), as ASTRA-sim's congestion-aware network does (xsim's default
+128 KiB chunk pipeline makes a multi-hop message up to ~40 % faster there); where a set has a single
 collective size, xsim's ``--reduction-delay-ns`` is ASTRA-sim's cost of reducing one received message
 (three passes of its bytes at ``local-mem-bw``), else 0.  Compute nodes carry
 ``duration_micros`` (what ASTRA-sim runs) and the same time in ``duration_ns`` (what xsim runs); for the
@@ -108,9 +110,13 @@ class Net:
         }))
         return path
 
-    def xsim_flags(self) -> list[str]:
-        return ["--algorithm", "ring", "--chunks", str(self.chunks), "--in-flight", str(self.in_flight),
-                "--endpoint-delay-ns", str(self.endpoint_delay_ns), "--reduction-delay-ns", str(self.reduction_delay_ns())]
+    def xsim_flags(self, backend: str = "analytical") -> list[str]:
+        """The replay options that make xsim's ``backend`` ASTRA-sim's: the same collective schedule, and
+        on ``analytical-ca`` each message sent whole (``--chunk-bytes 0``: ASTRA-sim's congestion-aware
+        network stores and forwards a message per link; xsim's default pipelines it in 128 KiB chunks)."""
+        flags = ["--algorithm", "ring", "--chunks", str(self.chunks), "--in-flight", str(self.in_flight),
+                 "--endpoint-delay-ns", str(self.endpoint_delay_ns), "--reduction-delay-ns", str(self.reduction_delay_ns())]
+        return [*flags, "--chunk-bytes", "0"] if backend == "analytical-ca" else flags
 
 
 HGX = dict(bw_astra_gbps=400.0, latency_ns=936.25, in_flight=2, local_mem_gbps=3350.0)  # ASTRA-sim's HGX-H100 switch
@@ -249,7 +255,7 @@ def run_astra(astra: Path, backend: str, prefix: Path, net: Net, work: Path, tim
 def run_xsim(backend: str, prefix: Path, net: Net, work: Path, timeout_s: float) -> Run:
     out = work / f"xsim-{backend}"
     cmd = [sys.executable, "-m", "xsim_trace.cli.main", "-q", "replay", str(prefix), "--cluster", str(net.write_xsim(work)),
-           "--backend", backend, *net.xsim_flags(), "--no-plot", "--no-timeline", "--out", str(out)]
+           "--backend", backend, *net.xsim_flags(backend), "--no-plot", "--no-timeline", "--out", str(out)]
     log = work / f"xsim-{backend}.txt"
     run, rc = measure(cmd, ROOT, log, timeout_s)
     summary = out / "summary.json"
