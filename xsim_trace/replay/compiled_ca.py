@@ -19,7 +19,8 @@ import numpy as np
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.network.analytical_ca import AnalyticalCongestionAwareBackend
 from xsim_trace.replay.collective_pricing import chunk_sizes
-from xsim_trace.replay.compile import K_RECV, K_SEND, CompiledWorkload
+from xsim_trace.replay.compile import K_SEND, CompiledWorkload
+from xsim_trace.replay.p2p_keys import p2p_keys
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
 
@@ -186,25 +187,13 @@ def _pack(parts: list[np.ndarray]) -> tuple[np.ndarray, tuple, list[np.ndarray]]
 def _p2p(w: CompiledWorkload) -> tuple:
     """Matching keys (src, dst, tag) of the sends and receives, and each key's (src, dst) pair key."""
     n = w.num_nodes
-    kind = w.exec_kind
-    is_p2p = (kind == K_SEND) | (kind == K_RECV)
-    idx = np.flatnonzero(is_p2p)
-    rank = w.node_rank.astype(np.int64)
-    peer = w.comm_peer.astype(np.int64)
-    src = np.where(kind == K_SEND, rank, peer)
-    dst = np.where(kind == K_SEND, peer, rank)
-    key = np.full(n, -1, np.int64)
-    if len(idx):
-        triples = np.stack([src[idx], dst[idx], w.comm_tag[idx].astype(np.int64)], 1)
-        uniq, inv = np.unique(triples, axis=0, return_inverse=True)
-        key[idx] = inv.reshape(-1)
-    else:
-        uniq = np.zeros((0, 3), np.int64)
+    k = p2p_keys(w)
+    uniq = k.triples
     q = max(len(uniq), 1)
     heads = [np.full(q, -1, np.int64) for _ in range(6)]
     size1 = np.maximum(w.comm_size, 1).astype(np.int64)
     pair = np.where(uniq[:, 0] != uniq[:, 1], uniq[:, 0] * w.num_ranks + uniq[:, 1], -1)
-    return rank, np.where(is_p2p, peer, -1), key, size1, heads, np.full(n, -1, np.int64), pair
+    return k.rank, np.where(k.is_p2p, k.peer, -1), k.key, size1, heads, np.full(n, -1, np.int64), pair
 
 
 def _routes(backend, pair_keys: np.ndarray, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

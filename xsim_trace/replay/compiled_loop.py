@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from xsim_trace.graph.kinds import CollectiveType
-from xsim_trace.replay.compile import K_RECV, K_SEND, CompiledWorkload
+from xsim_trace.replay.compile import K_SEND, CompiledWorkload
+from xsim_trace.replay.p2p_keys import p2p_keys
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
 
@@ -80,21 +81,12 @@ def _routes(backend, uniq: np.ndarray) -> tuple:
 def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool, rank_ids: np.ndarray | None = None) -> tuple:
     """``rank_ids``: the backend's rank id of each workload rank (a partial set), else the same."""
     n = w.num_nodes
-    kind = w.exec_kind
-    is_p2p = (kind == K_SEND) | (kind == K_RECV)
-    idx = np.flatnonzero(is_p2p)
-    rank = w.node_rank.astype(np.int64)
-    peer = w.comm_peer.astype(np.int64)
-    src = np.where(kind == K_SEND, rank, peer)
-    dst = np.where(kind == K_SEND, peer, rank)
+    keys = p2p_keys(w)
+    is_p2p, idx, rank, peer, key, uniq = keys.is_p2p, keys.idx, keys.rank, keys.peer, keys.key, keys.triples
     size1 = np.maximum(w.comm_size, 1).astype(np.int64)
-    key = np.full(n, -1, np.int64)
     if len(idx):
-        triples = np.stack([src[idx], dst[idx], w.comm_tag[idx].astype(np.int64)], 1)
-        uniq, inv = np.unique(triples, axis=0, return_inverse=True)
         if rank_ids is not None:
             uniq = np.stack([rank_ids[uniq[:, 0]], rank_ids[uniq[:, 1]], uniq[:, 2]], 1)
-        key[idx] = inv.reshape(-1)
         # every size a pair on a key can move: max(size1 of send, size1 of recv) is one of them
         ks = np.unique(np.stack([key[idx], size1[idx]], 1), axis=0)
         n_keys = len(uniq)

@@ -33,6 +33,7 @@ from xsim_trace.devices import get_device
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
 from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan, RowStage
+from xsim_trace.validate.layer_profile import find_layer_times
 from xsim_trace.workload.comm import LinkModel
 from xsim_trace.workload.families import get_family
 from xsim_trace.workload.framework import Framework
@@ -198,9 +199,16 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
         dev = get_device(dev_name)
         raw = group.intra.bw_GBps
         eff = cal.pcie_efficiency if (dev.pcie_GBps and raw <= dev.pcie_GBps) else cal.nvlink_efficiency
-        gbps = dict(cal.nic_gbps).get(cluster.name, group.nic.nic_gbps if group.nic else 0.0)
-        nic = (group.nic.count * gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
-        out.append(NodeLinks(raw * eff, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
+        # a measured rate in the preset's nccl block (intra_bw_GBps / net_bw_GBps) is taken as achieved: no
+        # efficiency on top; otherwise the line rate times the calibrated efficiency
+        intra = group.nccl.intra_bw_GBps or raw * eff
+        gbps = dict(cal.nic_gbps).get(cluster.name)
+        if gbps is None and group.nccl.net_bw_GBps:
+            nic = group.nccl.net_bw_GBps
+        else:
+            gbps = gbps if gbps is not None else (group.nic.nic_gbps if group.nic else 0.0)
+            nic = (group.nic.count * gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
+        out.append(NodeLinks(intra, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
     return tuple(out)
 
 
@@ -277,9 +285,11 @@ def _ring_ns(nbytes: int, members: list[Placement], links: tuple[NodeLinks, ...]
 def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
     plan: RowPlan = row.plan
     links = node_links(row, cal)
-    testbed = TESTBED[row_cluster_name(row)]
+    cluster_name = row_cluster_name(row)
+    testbed = TESTBED[cluster_name]
     fam = _family(cal, testbed)
     wmodel = workload_model(row)
+    model_key = (wmodel.layers, wmodel.hidden, wmodel.heads, wmodel.vocab, wmodel.seq_len)
     mbs, m, pp, dp = plan.micro_batch, plan.micro_batches, plan.pp, plan.dp
     act_bytes = row.seq_len * mbs * wmodel.hidden * 2
     ends = [[0] * pp for _ in range(dp)]
@@ -291,8 +301,12 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
             pl = st.replicas[r]
             dev = _device(pl.device, cal)
             lk = links[pl.nodes[0]]
-            f, b = _pass_ns(wmodel, mbs, dev, pl.tp, lk.intra_GBps, lk.intra_latency_ns, st.num_layers, st.embedding,
-                            st.head, fam.host_module_ns, fam.name)
+            measured = find_layer_times(cluster_name, model_key, pl.device, mbs, pl.tp)
+            if measured is not None:  # the testbed owners' per-layer profile (TP all-reduces inside)
+                f, b = measured.pass_ns(st.num_layers, st.embedding, st.head)
+            else:
+                f, b = _pass_ns(wmodel, mbs, dev, pl.tp, lk.intra_GBps, lk.intra_latency_ns, st.num_layers,
+                                st.embedding, st.head, fam.host_module_ns, fam.name)
             fwd.append(f)
             bwd.append(b)
             slowest[s] = max(slowest[s], (f + b, f, b, pl.device))
