@@ -14,9 +14,14 @@ the results, for both.
 
 The settings are made to agree: one ``Switch`` dimension of B GB/s (ASTRA-sim's GB is 2^30 bytes) and
 L ns per link <-> a single-switch cluster of ``astra_GBps(B)`` and L ns; ring collectives in 4 chunks with
-1 (2 for the HGX cases) in flight per rank and a 10 ns endpoint delay on both; where a set has a single
+1 (2 for the HGX cases) in flight per rank and a 10 ns endpoint delay on both; ``analytical-ca`` sends
+each message whole (``--chunk-bytes 0``), as ASTRA-sim's congestion-aware network does (xsim's default
+128 KiB chunk pipeline sends a message crossing the switch up to ~2x faster); where a set has a single
 collective size, xsim's ``--reduction-delay-ns`` is ASTRA-sim's cost of reducing one received message
-(three passes of its bytes at ``local-mem-bw``), else 0.  Compute nodes carry
+(three passes of its bytes at ``local-mem-bw``), else 0 on both (ASTRA-sim's ``local-mem-bw`` 1e12 GB/s:
+xsim has no per-byte reduction cost).  ASTRA-sim reads an all-gather's ``comm_size`` as each rank's shard,
+xsim as the gathered buffer (NCCL's convention): ASTRA-sim gets a copy of a set with all-gathers whose
+sizes are divided by their group's ranks (``astra_copy``; every other node as it is).  Compute nodes carry
 ``duration_micros`` (what ASTRA-sim runs) and the same time in ``duration_ns`` (what xsim runs); for the
 generated steps xsim's ``duration_ns`` keeps the sub-microsecond part ASTRA-sim truncates, which is one
 source of the simulated-time difference there.
@@ -42,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -52,12 +57,14 @@ sys.path.insert(0, str(ROOT))
 from xsim_trace.cluster import astra_GBps  # noqa: E402
 from xsim_trace.graph.kinds import CollectiveType, NodeType  # noqa: E402
 from xsim_trace.graph.model import Trace, make_metadata, make_node  # noqa: E402
-from xsim_trace.io import write_rank_set  # noqa: E402
+from xsim_trace.io import read_rank_set, write_rank_set  # noqa: E402
 
 DEFAULT_ASTRA = ROOT.parent / "shared" / "peers" / "astra-sim"
 BINARIES = {"analytical": "AstraSim_Analytical_Congestion_Unaware", "analytical-ca": "AstraSim_Analytical_Congestion_Aware"}
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 MiB = 1 << 20
+#: ASTRA-sim's local-mem-bw (GB/s) that makes its reduction cost 0 (see Net.coll_bytes)
+NO_REDUCTION_GBPS = 1e12
 
 
 # -- the network both engines see ------------------------------------------------------------------
@@ -74,7 +81,9 @@ class Net:
     endpoint_delay_ns: int = 10
     local_mem_gbps: float = 1600.0
     #: the one collective size of the set, when it has one: xsim's --reduction-delay-ns then equals
-    #: ASTRA-sim's cost of reducing a received message (3 passes of its bytes over local-mem-bw)
+    #: ASTRA-sim's cost of reducing a received message (3 passes of its bytes over local-mem-bw);
+    #: without one (collectives of many sizes) both engines reduce for free: xsim's delay is 0 and
+    #: ASTRA-sim's local-mem-bw NO_REDUCTION_GBPS (its cost int(bytes / bw) is 0 below 1 TB)
     coll_bytes: int | None = None
 
     def reduction_delay_ns(self) -> int:
@@ -87,14 +96,15 @@ class Net:
         net = folder / f"net_sw{self.ranks}.yml"
         net.write_text(f"topology: [ Switch ]\nnpus_count: [ {self.ranks} ]\nbandwidth: [ {self.bw_astra_gbps} ]\n"
                        f"latency: [ {self.latency_ns} ]\n")
-        sys_cfg = folder / f"sys_ring{self.chunks}x{self.in_flight}.json"
+        sys_cfg = folder / f"sys_ring{self.chunks}x{self.in_flight}{'' if self.coll_bytes is not None else '_noreduce'}.json"
         coll = ["ring"]
         sys_cfg.write_text(json.dumps({
             "scheduling-policy": "LIFO", "endpoint-delay": self.endpoint_delay_ns,
             "active-chunks-per-dimension": self.in_flight, "preferred-dataset-splits": self.chunks,
             "all-reduce-implementation": coll, "all-gather-implementation": coll,
             "reduce-scatter-implementation": coll, "all-to-all-implementation": coll,
-            "collective-optimization": "localBWAware", "local-mem-bw": self.local_mem_gbps, "boost-mode": 0,
+            "collective-optimization": "localBWAware", "boost-mode": 0,
+            "local-mem-bw": self.local_mem_gbps if self.coll_bytes is not None else NO_REDUCTION_GBPS,
         }, indent=1))
         return net, sys_cfg
 
@@ -108,9 +118,13 @@ class Net:
         }))
         return path
 
-    def xsim_flags(self) -> list[str]:
-        return ["--algorithm", "ring", "--chunks", str(self.chunks), "--in-flight", str(self.in_flight),
-                "--endpoint-delay-ns", str(self.endpoint_delay_ns), "--reduction-delay-ns", str(self.reduction_delay_ns())]
+    def xsim_flags(self, backend: str = "analytical") -> list[str]:
+        """The replay options that make xsim's ``backend`` ASTRA-sim's: the same collective schedule, and
+        on ``analytical-ca`` each message sent whole (``--chunk-bytes 0``: ASTRA-sim's congestion-aware
+        network stores and forwards a message per link; xsim's default pipelines it in 128 KiB chunks)."""
+        flags = ["--algorithm", "ring", "--chunks", str(self.chunks), "--in-flight", str(self.in_flight),
+                 "--endpoint-delay-ns", str(self.endpoint_delay_ns), "--reduction-delay-ns", str(self.reduction_delay_ns())]
+        return [*flags, "--chunk-bytes", "0"] if backend == "analytical-ca" else flags
 
 
 HGX = dict(bw_astra_gbps=400.0, latency_ns=936.25, in_flight=2, local_mem_gbps=3350.0)  # ASTRA-sim's HGX-H100 switch
@@ -173,6 +187,29 @@ def cases(quick: bool) -> list[Case]:
         Case(f"generated Llama-2-7B 4-layer step, {gen_ranks} ranks (TP8 PP{2 if quick else 4} DP{4 if quick else 32})",
              Net(gen_ranks), lambda p: generated_set(p, gen)),
     ]
+
+
+def astra_copy(prefix: Path, out: Path) -> Path:
+    """ASTRA-sim's copy of a rank set: the same nodes, an all-gather's ``comm_size`` divided by its group's
+    size.  xsim follows NCCL (an all-gather's size is the gathered output buffer); ASTRA-sim's ring takes it
+    as each rank's shard (``Ring``: message = size, final size = size x ranks), so the same file would make
+    ASTRA-sim move ranks x the bytes.  A set without all-gathers is used as it is."""
+    rank_set = read_rank_set(prefix)
+    world = len(rank_set.traces)
+
+    def shard(node):
+        attrs = {a.name: a for a in node.attrs}
+        if node.type != NodeType.COMM_COLL or attrs["comm_type"].value != int(CollectiveType.ALL_GATHER):
+            return node
+        ranks = len(rank_set.comm_groups[attrs["pg_name"].value]) if "pg_name" in attrs else world
+        return replace(node, attrs=tuple(replace(a, value=a.value // ranks) if a.name == "comm_size" else a
+                                         for a in node.attrs))
+
+    traces = {r: replace(t, nodes=tuple(shard(n) for n in t.nodes)) for r, t in rank_set.traces.items()}
+    if all(a is b for r, t in traces.items() for a, b in zip(t.nodes, rank_set.traces[r].nodes)):
+        return prefix
+    write_rank_set(out, traces, rank_set.comm_groups)
+    return out
 
 
 # -- running a child and measuring it ----------------------------------------------------------------
@@ -249,7 +286,7 @@ def run_astra(astra: Path, backend: str, prefix: Path, net: Net, work: Path, tim
 def run_xsim(backend: str, prefix: Path, net: Net, work: Path, timeout_s: float) -> Run:
     out = work / f"xsim-{backend}"
     cmd = [sys.executable, "-m", "xsim_trace.cli.main", "-q", "replay", str(prefix), "--cluster", str(net.write_xsim(work)),
-           "--backend", backend, *net.xsim_flags(), "--no-plot", "--no-timeline", "--out", str(out)]
+           "--backend", backend, *net.xsim_flags(backend), "--no-plot", "--no-timeline", "--out", str(out)]
     log = work / f"xsim-{backend}.txt"
     run, rc = measure(cmd, ROOT, log, timeout_s)
     summary = out / "summary.json"
@@ -362,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
             prefix = work / "set"
             case.build(prefix)
             nodes = _count_nodes(prefix, case.net.ranks)
+            astra_prefix = astra_copy(prefix, work / "astra-set")
             for backend in case.backends:
-                a = run_astra(args.astra, backend, prefix, case.net, work, args.timeout)
+                a = run_astra(args.astra, backend, astra_prefix, case.net, work, args.timeout)
                 x = run_xsim(backend, prefix, case.net, work, args.timeout)
                 rows.append(_row(case, backend, nodes, a, x))
                 print(f"# {case.name}, {backend}: ASTRA-sim {a.cpu_s:.2f} s, xsim {x.cpu_s:.2f} s CPU", file=sys.stderr, flush=True)

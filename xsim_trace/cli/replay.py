@@ -35,6 +35,9 @@ def add_replay_options(p: argparse.ArgumentParser) -> None:
                    help="delay before each send and after each chunk, ns (default 0, or endpoint-delay)")
     p.add_argument("--reduction-delay-ns", type=int, default=0, help="delay after each received message that is reduced, ns")
     p.add_argument("--p2p", choices=("eager", "rendezvous"), default="eager", help="send/recv semantics (default eager)")
+    p.add_argument("--chunk-bytes", type=int, default=None, metavar="BYTES",
+                   help="analytical-ca only: a flow's pipeline chunk (default 131072, NCCL's; 0 = each message sent "
+                        "whole, store and forward, as ASTRA-sim's congestion-aware network)")
     add_collective_model_flags(p)
     p.add_argument("--drop-missing-deps", action="store_true", help="drop dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--absent-peers", choices=("mirror", "skew"), default="mirror",
@@ -94,16 +97,16 @@ def settings_from_args(args: argparse.Namespace):
     )
 
 
-def network_for(cluster_spec, backend_name: str, catalog=None):
+def network_for(cluster_spec, backend_name: str, catalog=None, options: dict | None = None):
     """(cluster, backend) from a cluster file/preset and a backend name: the cluster is resolved
     here, once (its GPU types in ``catalog``, the run's device catalog; None = built-in), and the
-    resolved Cluster builds the topology."""
+    resolved Cluster builds the topology; ``options`` go to the backend's constructor."""
     from xsim_trace.cluster import load_cluster
     from xsim_trace.network.registry import make_backend
     from xsim_trace.network.topology import build_topology
 
     cluster = load_cluster(cluster_spec, catalog=catalog)
-    return cluster, make_backend(backend_name, build_topology(cluster))
+    return cluster, make_backend(backend_name, build_topology(cluster), **(options or {}))
 
 
 def run_replay(traces, comm_groups, cluster, backend, settings, *, quiet: bool, drop_missing_deps: bool = False,
@@ -205,7 +208,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     # ~0.05-0.1 s) only if a non-generic device name needs it
     device_file = getattr(args, "device_file", None)
     catalog = catalog_for(device_file) if device_file is not None else None
-    cluster, backend = network_for(args.cluster, args.backend, catalog)
+    chunk_bytes = getattr(args, "chunk_bytes", None)
+    options = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
+    cluster, backend = network_for(args.cluster, args.backend, catalog, options)
     quiet = getattr(args, "quiet", False)
     metadata = _rank_metadata(args.trace)
     if _is_partial(metadata):
