@@ -87,7 +87,7 @@ class _LayerRates:
     """Per (group, TP): one layer's closed-form time, cached (for the lower bounds)."""
 
     def __init__(self, space: Space, templates: Templates) -> None:
-        self.space, self.tset, self.cache = space, as_template_set(templates), {}
+        self.space, self.tset, self.cache = space, as_template_set(templates, space.model), {}
 
     def layer_ns(self, group: str, tp: int) -> float:
         key = (group, tp)
@@ -232,7 +232,7 @@ def search(space: Space, templates: Templates, *, objective: str = "step", top_k
     empty = why_empty(space)
     if empty:
         raise ConfigError(f"no feasible plan: {empty}", field="--cluster")
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, space.model)
     rates = _LayerRates(space, tset)
     stats = SearchStats()
     bounded = []
@@ -347,7 +347,7 @@ def exhaustive(space: Space, templates: Templates, *, objective: str = "step") -
 
     from xsim_trace.plan.document import with_counts
 
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, space.model)
     best: tuple[float, str, Scored] | None = None
     L = space.model.num_layers
     for cand in candidates(space):
