@@ -103,7 +103,7 @@ def test_generated_pipeline_step(tmp_path, p2p):
 @pytest.mark.parametrize("strategy", ["direct", "leader", "broadcast"])
 def test_heterogeneous_rewrite_with_reshards(strategy):
     from rewrite_helpers import TINY_MODEL, fixed_template, plan_dict  # noqa: PLC0415
-    from xsim_trace.rewrite.plan import plan_from_mapping  # noqa: PLC0415
+    from xsim_trace.plan.parse import plan_from_mapping  # noqa: PLC0415
     from xsim_trace.rewrite.rewriter import rewrite  # noqa: PLC0415
 
     d = plan_dict(model=dict(TINY_MODEL, num_layers=8), schedule="interleaved-1f1b", chunks=2, reshard=strategy,
