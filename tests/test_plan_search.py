@@ -128,3 +128,21 @@ def test_plan_check_refuses_a_plan_whose_groups_do_not_fit_the_cluster(tmp_path,
     assert main(["plan", "check", plan, "--cluster", "dgx-h100:2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "field device_groups[1]: the plan uses 16 A100-SXM4-80GB device(s), the cluster" in err[0]
+
+
+def test_heterogeneous_tp_groups_join_the_search_behind_a_flag_and_the_exhaustive_optimum_agrees():
+    space = _space(hetero_tp=True, tp_degrees=(1, 2, 4))
+    tm = templates_from_model(TINY, "H100-SXM5-80GB", 1)
+    hetero = [reps for reps, fam in structures(space) if fam == "hetero-tp"]
+    assert hetero and not any(fam == "hetero-tp" for _, fam in structures(_space(tp_degrees=(1, 2, 4))))
+    part = hetero[0][0].parts[0]
+    assert part.split == (("h100", part.tp // 2), ("a100", part.tp // 2))
+    plan = hetero[0][0].stages()[0]
+    assert plan.mixed and plan.parts == part.split
+    res = search(space, tm, top_k=200)
+    assert res.best.estimate.step_ns == exhaustive(space, tm).estimate.step_ns
+    rates = _LayerRates(space, tm)
+    costed = [s for s in res.top if s.candidate.family == "hetero-tp"]
+    assert costed  # hetero-TP candidates were costed, and their lower bounds hold
+    for s in costed:
+        assert lower_bound_ns(space, s.candidate.replicas, rates) <= s.estimate.step_ns

@@ -35,6 +35,8 @@ def register(psub: argparse._SubParsersAction) -> None:
     s.add_argument("--backend", default="analytical", help="network backend of the replay (default analytical)")
     s.add_argument("--max-stages", type=int, default=16, help="most pipeline stages (default 16)")
     s.add_argument("--no-mixed", action="store_true", help="only group replicas (no pipeline through several groups)")
+    s.add_argument("--hetero-tp", action="store_true",
+                   help="also TP groups over two device groups (half the TP ranks on each, paced by the slower)")
     s.add_argument("--out", required=True, metavar="DIR", help="writes DIR/best_plan.yaml and DIR/search.json")
     s.set_defaults(func=cmd_search)
 
@@ -61,7 +63,7 @@ def _space(args: argparse.Namespace, cluster: Any):
         raise ConfigError(exc.message, field="--model") from None
     model = ModelSpec.from_workload(wm, seq_len=args.seq_len, micro_batch_size=args.mbs)
     return Space(groups_from_cluster(cluster), model, args.gbs // args.mbs, max_stages=args.max_stages,
-                 mixed=not args.no_mixed)
+                 mixed=not args.no_mixed, hetero_tp=args.hetero_tp)
 
 
 def _replay_one(job: tuple) -> int | None:

@@ -149,7 +149,7 @@ def model_flops_per_step(plan: Plan) -> float:
 def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any, dict] | None = None
                   ) -> PlanEstimate:
     """The closed-form estimate of ``plan``; ConfigError when a stage does not fit in memory."""
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, plan.model)
     ests: list[PipelineEstimate] = []
     shared = cache.setdefault(_plan_key(plan), {}) if cache is not None else {}
     seen: dict[int, PipelineEstimate] = {}  # by pipeline object: replicas often share one

@@ -58,7 +58,7 @@ class Boundary:
 
 def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
     """The boundaries between consecutive virtual stages on different stages of pipeline ``index``."""
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, plan.model)
     pipe = plan.pipelines[index]
     p, v = len(pipe.stages), plan.chunks
     probe = replace(plan, pipelines=(pipe,))
@@ -114,7 +114,7 @@ def stage_costs(plan: Plan, index: int, templates: Templates) -> list[StageCost]
     """Closed-form cost of each physical stage of pipeline ``index`` (:mod:`.stage_cost`): compute
     and TP collectives per layer, embedding / head, the boundary transfers it waits for (its
     forward inputs and backward gradients), memory."""
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, plan.model)
     pipe = plan.pipelines[index]
     p, v = len(pipe.stages), plan.chunks
     probe = replace(plan, pipelines=(pipe,))
@@ -167,7 +167,7 @@ def _evaluate(plan: Plan, index: int, templates: Templates, report: PartitionRep
 
 
 def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -> tuple[PipelinePlan, PartitionReport]:
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, plan.model)
     pipe = plan.pipelines[index]
     p, v, n = len(pipe.stages), plan.chunks, plan.model.num_layers
     caps: list[StageCapacity] = []

@@ -87,16 +87,16 @@ class _LayerRates:
     """Per (group, TP): one layer's closed-form time, cached (for the lower bounds)."""
 
     def __init__(self, space: Space, templates: Templates) -> None:
-        self.space, self.tset, self.cache = space, as_template_set(templates), {}
+        self.space, self.tset, self.cache = space, as_template_set(templates, space.model), {}
 
-    def layer_ns(self, group: str, tp: int) -> float:
-        key = (group, tp)
+    def layer_ns(self, group: str, tp: int, split: tuple[tuple[str, int], ...] = ()) -> float:
+        key = (group, tp, split)
         if key not in self.cache:
             from xsim_trace.plan.partition import stage_costs
             from xsim_trace.plan.model import PipelinePlan, StagePlan
 
             probe = Plan(model=self.space.model, groups=self.space.groups,
-                         pipelines=(PipelinePlan((StagePlan(group, tp),)),), micro_batches=1, partition="auto")
+                         pipelines=(PipelinePlan((StagePlan(group, tp, split=split),)),), micro_batches=1, partition="auto")
             self.cache[key] = stage_costs(probe, 0, self.tset)[0].layer_ns
         return self.cache[key]
 
@@ -108,7 +108,7 @@ def state_fits(space: Space, replicas: Sequence[Replicas]) -> bool:
     per_layer = m.layer_params() * m.bytes_per_param_state
     hbm = {g.name: g.spec().hbm_bytes for g in space.groups}
     for r in replicas:
-        caps = [hbm[p.group] * p.tp // per_layer for p in r.parts]
+        caps = [min(hbm[g] for g, _ in p.groups) * p.tp // per_layer for p in r.parts]
         if min(caps) < 1 or sum(c * p.stages for c, p in zip(caps, r.parts)) < m.num_layers:
             return False
     return True
@@ -124,7 +124,7 @@ def lower_bound_ns(space: Space, replicas: Sequence[Replicas], rates: _LayerRate
     v = max(c for _, c in space.schedules)
     inv = offset = 0.0
     for r in replicas:
-        times = [rates.layer_ns(p.group, p.tp) for p in r.parts for _ in range(p.stages)]
+        times = [rates.layer_ns(p.group, p.tp, p.split) for p in r.parts for _ in range(p.stages)]
         b = L / sum(1.0 / t for t in times)
         least = sum(times) + (L - len(times)) * min(times)
         inv += r.count / b
@@ -142,7 +142,7 @@ def _first_sync_ns(space: Space, replicas: Sequence[Replicas], rates: "_LayerRat
     base = rates.tset.base
     tp = max(r.parts[0].tp for r in replicas)
     bw = max(max(g.nic_gbps / 8.0, g.intra_GBps) for g in space.groups
-             if any(p.group == g.name for r in replicas for p in r.parts))
+             if any(g.name == name for r in replicas for p in r.parts for name, _ in p.groups))
     return ring_allreduce_ns((base.layer_grad_bytes + base.pre_grad_bytes) / tp, n, bw)
 
 
@@ -232,7 +232,7 @@ def search(space: Space, templates: Templates, *, objective: str = "step", top_k
     empty = why_empty(space)
     if empty:
         raise ConfigError(f"no feasible plan: {empty}", field="--cluster")
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, space.model)
     rates = _LayerRates(space, tset)
     stats = SearchStats()
     bounded = []
@@ -347,7 +347,7 @@ def exhaustive(space: Space, templates: Templates, *, objective: str = "step") -
 
     from xsim_trace.plan.document import with_counts
 
-    tset = as_template_set(templates)
+    tset = as_template_set(templates, space.model)
     best: tuple[float, str, Scored] | None = None
     L = space.model.num_layers
     for cand in candidates(space):

@@ -39,13 +39,24 @@ class Part:
     group: str
     tp: int
     stages: int
+    split: tuple[tuple[str, int], ...] = ()  # a TP group over device groups: (group, TP ranks there)
 
     @property
     def devices(self) -> int:
         return self.tp * self.stages
 
+    @property
+    def groups(self) -> tuple[tuple[str, int], ...]:
+        """(device group, devices this part takes there)."""
+        return tuple((g, n * self.stages) for g, n in (self.split or ((self.group, self.tp),)))
+
+    def replicas_fit(self, counts: dict[str, int]) -> int:
+        """How many copies of this part the groups' device counts hold."""
+        return min(counts[g] // n for g, n in self.groups)
+
     def text(self) -> str:
-        return f"{self.group} tp{self.tp}x{self.stages}"
+        where = "+".join(f"{g}:{n}" for g, n in self.split) if self.split else self.group
+        return f"{where} tp{self.tp}x{self.stages}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +67,7 @@ class Replicas:
     count: int
 
     def stages(self) -> tuple[StagePlan, ...]:
-        return tuple(StagePlan(p.group, p.tp) for p in self.parts for _ in range(p.stages))
+        return tuple(StagePlan(p.group, p.tp, split=p.split) for p in self.parts for _ in range(p.stages))
 
     def text(self) -> str:
         return f"{self.count}x[{' > '.join(p.text() for p in self.parts)}]"
@@ -114,6 +125,7 @@ class Space:
     schedules: tuple[tuple[Schedule, int], ...] = ((Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED, 2))
     reshards: tuple[ReshardStrategy, ...] = tuple(ReshardStrategy)
     mixed: bool = True
+    hetero_tp: bool = False  # also TP groups over two device groups (half the TP ranks on each)
 
     def tps(self, g: DeviceGroup) -> list[int]:
         m = self.model
@@ -152,6 +164,32 @@ def replica_structures(space: Space) -> Iterator[tuple[Replicas, ...]]:
         yield reps
 
 
+def hetero_tp_parts(space: Space) -> list[Part]:
+    """Stages whose TP group spans two device groups, half its ranks on each (the first group named
+    first, as a plan writes it); TP degrees both groups can take."""
+    if not space.hetero_tp:
+        return []
+    out = []
+    for a, b in itertools.combinations(space.groups, 2):
+        for t in space.tps(a):
+            half = t // 2
+            if t < 2 or t not in space.tps(b) or half > min(a.count, b.count):
+                continue
+            for p in space.stage_options():
+                if half * p <= min(a.count, b.count):
+                    out.append(Part(a.name, t, p, ((a.name, half), (b.name, half))))
+    return out
+
+
+def hetero_tp_structures(space: Space) -> Iterator[tuple[Replicas, ...]]:
+    """Replicas of pipelines whose every stage is a TP group over two device groups."""
+    counts = {g.name: g.count for g in space.groups}
+    for part in hetero_tp_parts(space):
+        count = part.replicas_fit(counts)
+        if 1 <= count <= space.micro_batches:
+            yield (Replicas((part,), count),)
+
+
 def mixed_structures(space: Space) -> Iterator[tuple[Replicas, ...]]:
     """Mixed pipelines through two or more groups in every order, as many replicas as all fit."""
     if not space.mixed:
@@ -177,6 +215,8 @@ def structures(space: Space) -> Iterator[tuple[tuple[Replicas, ...], str]]:
         yield reps, "replicas"
     for reps in mixed_structures(space):
         yield reps, "mixed"
+    for reps in hetero_tp_structures(space):
+        yield reps, "hetero-tp"
 
 
 def candidates(space: Space) -> Iterator[Candidate]:

@@ -449,7 +449,7 @@ def rewrite(plan: Plan, template: Templates) -> RewriteResult:
     ``template`` is one :class:`ModelTemplate` (scaled to every stage's device and TP degree) or a
     mapping group name / (group, tp) -> template (:mod:`xsim_trace.layer_templates.per_stage`): each
     stage is then built from the template of its own group (and TP degree)."""
-    templates = as_template_set(template)
+    templates = as_template_set(template, plan.model)
     plan, reports = resolve_partition(plan, templates)
     rw = _Rewriter(plan, templates)
     rw.run()
