@@ -15,6 +15,7 @@ from xsim_trace.workload.pipeline_hetero import (
     schedule_1f1b,
     stage_memory_bytes,
     stage_params,
+    train_schedule,
     unbuildable_reason,
 )
 from test_hetero_accuracy import raw
@@ -57,6 +58,31 @@ def test_1f1b_backward_transfer_separate_from_forward():
     same = schedule_1f1b([1, 1], [2, 2], [5], 4)
     assert schedule_1f1b([1, 1], [2, 2], [5], 4, [5]) == same
     assert schedule_1f1b([1, 1], [2, 2], [5], 4, [20])[0] > same[0]
+
+
+def test_train_schedule_is_deepspeeds_instruction_stream():
+    """DeepSpeed's TrainSchedule, 2 stages x 2 micro-batches: exchanges before the step's pass, in its order."""
+    assert train_schedule(0, 2, 2) == [("fwd", 0), ("send_act", 0), ("fwd", 1), ("send_act", 1), ("recv_grad", 0),
+                                       ("bwd", 0), ("recv_grad", 1), ("bwd", 1)]
+    assert train_schedule(1, 2, 2) == [("recv_act", 0), ("fwd", 0), ("bwd", 0), ("recv_act", 1), ("send_grad", 0),
+                                       ("fwd", 1), ("bwd", 1), ("send_grad", 1)]
+
+
+@pytest.mark.parametrize("p, m", [(1, 3), (2, 5), (3, 4), (4, 8), (5, 2)])
+def test_train_schedule_passes_follow_1f1b(p, m):
+    from xsim_trace.workload.schedule import one_f_one_b
+
+    for s in range(p):
+        passes = [x for x in train_schedule(s, p, m) if x[0] in ("fwd", "bwd")]
+        assert passes == [("fwd" if o.forward else "bwd", o.microbatch) for o in one_f_one_b(s, p, m)]
+
+
+def test_1f1b_slow_link_is_a_rendezvous_holding_both_stages():
+    """2 stages, fwd 1, bwd 2, a 5-unit link, 2 micro-batches, by hand (a transfer starts when both sides reached
+    it and holds both):  S0 F0 [0,1]; act0 [1,6]; S1 F0 [6,7] B0 [7,9]; S0 F1 [6,7] waits for S1's recv of act1
+    [9,14]; grad0 [14,19]; S1 F1 [19,20] B1 [20,22]; S0 B0 [19,21]; grad1 [22,27]; S0 B1 [27,29].
+    A sender-only model (the receiver free during the wire) gives 24 for stage 0."""
+    assert schedule_1f1b([1, 1], [2, 2], [5], 2) == [29, 27]
 
 
 def test_prediction_flags_a_stage_deepspeed_cannot_build():

@@ -8,8 +8,8 @@ deployment whose stages and data-parallel replicas each have their own GPU type 
   stage's blocks (plus the embedding on the first and the tied head on the last stage), each timed on the
   replica's own device by :class:`~xsim_trace.workload.timing.Timer` under the ``deepspeed`` framework family
   (host cost per module call, fp32 gradient all-reduce), TP all-reduces priced over the node's link;
-- DeepSpeed's ``TrainSchedule`` (1F1B) as a dependency recursion per replica, with blocking activation and
-  gradient transfers between stages (DeepSpeed's p2p is a two-rank broadcast: the sender waits for the wire);
+- DeepSpeed's ``TrainSchedule`` (1F1B) instruction stream per stage and replica, with blocking activation and
+  gradient transfers between stages (NCCL send/recv or a two-rank broadcast: a rendezvous holding both ranks);
 - after a stage's last backward: the fp32 gradient all-reduce of that stage over its replicas (one ring per TP
   rank, sharing each node's NICs), the tied-embedding all-reduce between the first and the last stage, and
   the fp16 optimizer step (overflow check, unscale, gradient norm, Adam, fp16 copy: HBM bound);

@@ -19,9 +19,12 @@ Megatron-DeepSpeed fork):
   Korthikanti et al. (2022) bytes without sequence parallelism or recompute (``34 + 5 a s / h`` bytes per token
   and hidden unit, the attention part divided by TP; ``s^2`` scores only when attention is not fused); on the head
   stage the fp32 logits and one fp16 copy of them.
-- 1F1B (:func:`schedule_1f1b`): DeepSpeed's ``TrainSchedule`` order per stage, each replica its own pass times,
-  blocking stage-to-stage transfers (DeepSpeed's p2p is a two-rank broadcast: the sender waits for the wire);
-  the slowest stage paces the pipeline.
+- 1F1B (:func:`schedule_1f1b`): each stage executes DeepSpeed's ``TrainSchedule`` instruction stream
+  (:func:`train_schedule`) in order, each replica its own pass times.  Stage-to-stage transfers are blocking NCCL
+  point-to-point operations (``runtime/pipe/p2p.py``: ``dist.send`` / ``dist.recv``, a two-rank broadcast before
+  torch 1.8; every exchange instruction documents "blocking, must be paired"): a send completes only when the peer
+  reaches its matching receive, and the wire time holds both ranks, so in the steady state a stage's cycle is its
+  forward + backward plus both of its transfers.
 
 This module holds the model only; xsim_trace.validate.hetero_predict feeds it measured-run deployments.
 """
@@ -31,7 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsim_trace.errors import GraphError
-from xsim_trace.workload.schedule import one_f_one_b
 
 #: bytes per local parameter of the fp16 mixed-precision state: fp16 weight (2) + fp16 gradient (2) + fp32 master
 #: weight (4) + its fp32 gradient (4) + Adam momentum and variance (8)
@@ -125,46 +127,86 @@ def stage_memory_bytes(d: BlockDims, st: StageContent, stage: int, stages: int, 
     return state + act
 
 
+def train_schedule(stage: int, p: int, m: int) -> list[tuple[str, int]]:
+    """DeepSpeed ``TrainSchedule``'s instruction stream of one stage, communication and compute only:
+    ("recv_act" | "send_grad" | "fwd" | "send_act" | "recv_grad" | "bwd", micro-batch).  Each of the
+    ``2 (m + p - 1)`` steps runs its exchanges first, in DeepSpeed's order (a forward step: RecvActivation of this
+    micro-batch, then SendGrad of the previous step's; a backward step: SendActivation of the previous step's, then
+    RecvGrad of this one), then its pass."""
+    out: list[tuple[str, int]] = []
+    prev = -1
+    for step in range(2 * (m + p - 1)):
+        forward = step % 2 == stage % 2
+        if forward:
+            mb = step // 2 - stage // 2
+        elif step % 2 == 0:  # odd stage
+            mb = step // 2 - p + (stage + 1) // 2
+        else:  # even stage
+            mb = step // 2 - p + 1 + stage // 2
+        cur_ok, prev_ok = 0 <= mb < m, 0 <= prev < m
+        if forward:
+            if stage > 0 and cur_ok:
+                out.append(("recv_act", mb))
+            if stage > 0 and prev_ok:
+                out.append(("send_grad", prev))
+        else:
+            if stage < p - 1 and prev_ok:
+                out.append(("send_act", prev))
+            if stage < p - 1 and cur_ok:
+                out.append(("recv_grad", mb))
+        if cur_ok:
+            out.append(("fwd" if forward else "bwd", mb))
+        prev = mb
+    return out
+
+
+#: the receive that completes each send, and the stage it runs on (relative to the sender)
+_MATCH = {"send_act": ("recv_act", 1), "send_grad": ("recv_grad", -1)}
+
+
 def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
                   p2p_bwd: list[int] | None = None) -> list[int]:
-    """DeepSpeed ``TrainSchedule`` (1F1B) on one pipeline replica: the end time of each stage's last backward.
-    ``fwd[s]`` / ``bwd[s]`` are stage s's pass times, ``p2p[s]`` the activation transfer from stage s to s + 1 and
-    ``p2p_bwd[s]`` the gradient's way back (default: the same; the sender is busy until it is on the wire)."""
+    """DeepSpeed ``TrainSchedule`` (1F1B) on one pipeline replica: per stage, the time it finishes its instruction
+    stream (its last backward and, on stages after the first, the blocking send of that backward's gradient), i.e.
+    when it reaches ``ReduceGrads``.  ``fwd[s]`` / ``bwd[s]`` are stage s's pass times, ``p2p[s]`` the activation
+    transfer from stage s to s + 1 and ``p2p_bwd[s]`` the gradient's way back (default: the same).
+
+    DeepSpeed's stage-to-stage transfers are blocking NCCL point-to-point operations (``dist.send`` / ``dist.recv``
+    in ``runtime/pipe/p2p.py``, a two-rank ``dist.broadcast`` before torch 1.8): a send completes only once the peer
+    has reached the matching receive in its own stream (rendezvous), and the transfer holds both ranks."""
     back = p2p if p2p_bwd is None else p2p_bwd
     p = len(fwd)
-    orders = [one_f_one_b(s, p, m) for s in range(p)]
-    f_end = [[0] * m for _ in range(p)]
-    b_end = [[0] * m for _ in range(p)]
-    free = [0] * p
+    streams = [train_schedule(s, p, m) for s in range(p)]
+    clock = [0] * p
     pos = [0] * p
+    total = sum(len(x) for x in streams)
     done = 0
-    total = sum(len(o) for o in orders)
     while done < total:
         progressed = False
         for s in range(p):
-            while pos[s] < len(orders[s]):
-                step = orders[s][pos[s]]
-                i = step.microbatch
-                if step.forward:
-                    if s > 0 and not f_end[s - 1][i]:
-                        break
-                    ready = f_end[s - 1][i] + p2p[s - 1] if s > 0 else 0
-                    end = max(free[s], ready) + fwd[s]
-                    f_end[s][i] = end
-                    free[s] = end + (p2p[s] if s < p - 1 else 0)
-                else:
-                    if s < p - 1 and not b_end[s + 1][i]:
-                        break
-                    ready = b_end[s + 1][i] + back[s] if s < p - 1 else 0
-                    end = max(free[s], ready) + bwd[s]
-                    b_end[s][i] = end
-                    free[s] = end + (back[s - 1] if s > 0 else 0)
+            while pos[s] < len(streams[s]):
+                kind, mb = streams[s][pos[s]]
+                if kind in ("fwd", "bwd"):
+                    clock[s] += fwd[s] if kind == "fwd" else bwd[s]
+                    pos[s] += 1
+                    done += 1
+                    progressed = True
+                    continue
+                if kind not in _MATCH:  # a receive waits for its sender to reach the matching send
+                    break
+                want, step = _MATCH[kind]
+                peer = s + step
+                if pos[peer] >= len(streams[peer]) or streams[peer][pos[peer]] != (want, mb):
+                    break
+                wire = p2p[s] if kind == "send_act" else back[peer]
+                clock[s] = clock[peer] = max(clock[s], clock[peer]) + wire
                 pos[s] += 1
-                done += 1
+                pos[peer] += 1
+                done += 2
                 progressed = True
-        if not progressed:  # cannot happen for 1F1B orders; a guard against an endless loop
-            raise GraphError(f"1F1B recursion stalled after {done} of {total} passes")
-    return [max(b_end[s]) for s in range(p)]
+        if not progressed:  # cannot happen for DeepSpeed's orders; a guard against an endless loop
+            raise GraphError(f"1F1B instruction streams deadlocked after {done} of {total} instructions")
+    return clock
 
 
 def program_stages(program) -> list[StageContent]:
@@ -195,4 +237,4 @@ def deepspeed_check(program, capacity_bytes: float) -> list[dict]:
 
 __all__ = ["ALLREDUCE_BUCKET_ELEMENTS", "BlockDims", "OPTIMIZER_BYTES_PER_PARAM", "STATE_BYTES_PER_PARAM",
            "StageContent", "block_params", "deepspeed_check", "layer_activation_bytes", "param_groups",
-           "program_stages", "schedule_1f1b", "stage_memory_bytes", "stage_params", "unbuildable_reason"]
+           "program_stages", "schedule_1f1b", "stage_memory_bytes", "stage_params", "train_schedule", "unbuildable_reason"]
