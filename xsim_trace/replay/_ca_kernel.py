@@ -28,6 +28,8 @@ import math
 import numpy as np
 from numba import njit
 
+from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends
+
 K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
 # engine events: node done, a chunk's member reaches a step, a delayed issue of a step's sends,
 # a delayed eager send, a delayed rendezvous transfer
@@ -141,25 +143,6 @@ def _pop(h):
 @njit(cache=True, nogil=True)
 def _node_done(eh, node, t):
     _epush(eh, t, EV_DONE, node, 0, 0, 0)
-
-
-@njit(cache=True, nogil=True)
-def _fifo_push(head, tail, nxt, q, i):
-    nxt[i] = -1
-    if tail[q] < 0:
-        head[q] = i
-    else:
-        nxt[tail[q]] = i
-    tail[q] = i
-
-
-@njit(cache=True, nogil=True)
-def _fifo_pop(head, tail, nxt, q):
-    i = head[q]
-    head[q] = nxt[i]
-    if head[q] < 0:
-        tail[q] = -1
-    return i
 
 
 # ---- arrivals of a (chunk member, step): open addressing, linear probing ----------------------------
@@ -415,14 +398,14 @@ def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, b
 def _eager_landed(si, now, sent_at, key, rw_head, rw_tail, ld_head, ld_tail, q_next, peer_of, start, wait, eh, sc):
     q = key[si]
     if rw_head[q] >= 0:
-        j = _fifo_pop(rw_head, rw_tail, q_next, q)
+        j = fifo_pop(rw_head, rw_tail, q_next, q)
         peer_of[j] = si
         peer_of[si] = j
         if sent_at > start[j]:
             wait[j] = sent_at - start[j]
         _node_done(eh, j, now)
     else:
-        _fifo_push(ld_head, ld_tail, q_next, q, si)
+        fifo_push(ld_head, ld_tail, q_next, q, si)
 
 
 # ---- the loop ------------------------------------------------------------------------------------------
@@ -453,7 +436,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     ready[i] = 0
                     r = res[i]
                     if busy[r]:
-                        _fifo_push(r_head, r_tail, r_next, r, i)
+                        fifo_push(r_head, r_tail, r_next, r, i)
                     else:
                         busy[r] = 1
                         work[nw] = i
@@ -478,26 +461,8 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                 sc[S_EVENTS] += 1
                 spent += 1
                 if k == EV_DONE:  # -- streams: node a ends, its resource passes on, successors wake
-                    end[a] = now
                     sc[S_FINISHED] += 1
-                    r = res[a]
-                    if r_head[r] >= 0:
-                        work[nw] = _fifo_pop(r_head, r_tail, r_next, r)
-                        nw += 1
-                    else:
-                        busy[r] = 0
-                    for kk in range(succ_ptr[a], succ_ptr[a + 1]):
-                        s = succ_idx[kk]
-                        indeg[s] -= 1
-                        if indeg[s] == 0:
-                            ready[s] = now
-                            r = res[s]
-                            if busy[r]:
-                                _fifo_push(r_head, r_tail, r_next, r, s)
-                            else:
-                                busy[r] = 1
-                                work[nw] = s
-                                nw += 1
+                    nw = node_ends(a, now, end, res, r_head, r_tail, r_next, busy, succ_ptr, succ_idx, indeg, ready, work, nw)
                 elif k == EV_STEP:  # -- collectives: member c of chunk b reaches step d
                     _drive(FR_ENTER, a, b, c, d, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
                 elif k == EV_ISSUE:  # -- collectives: the delayed sends of member d, chunk b, step c
@@ -625,24 +590,24 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     else:
                         _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc)
                 elif ld_head[q] >= 0:  # a receive whose data is already there ends now
-                    si = _fifo_pop(ld_head, ld_tail, q_next, q)
+                    si = fifo_pop(ld_head, ld_tail, q_next, q)
                     peer_of[i] = si
                     peer_of[si] = i
                     _node_done(eh, i, now)
                 else:
-                    _fifo_push(rw_head, rw_tail, q_next, q, i)
+                    fifo_push(rw_head, rw_tail, q_next, q, i)
             else:  # -- p2p, rendezvous: the data moves once both sides have started
                 q = key[i]
                 si = ri = -1
                 if ki == K_SEND:
                     if rw_head[q] >= 0:
-                        si, ri = i, _fifo_pop(rw_head, rw_tail, q_next, q)
+                        si, ri = i, fifo_pop(rw_head, rw_tail, q_next, q)
                     else:
-                        _fifo_push(sw_head, sw_tail, q_next, q, i)
+                        fifo_push(sw_head, sw_tail, q_next, q, i)
                 elif sw_head[q] >= 0:
-                    si, ri = _fifo_pop(sw_head, sw_tail, q_next, q), i
+                    si, ri = fifo_pop(sw_head, sw_tail, q_next, q), i
                 else:
-                    _fifo_push(rw_head, rw_tail, q_next, q, i)
+                    fifo_push(rw_head, rw_tail, q_next, q, i)
                 if si >= 0:
                     wait[si] = now - start[si]
                     peer_of[si] = ri

@@ -19,6 +19,8 @@ import math
 import numpy as np
 from numba import njit
 
+from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends
+
 K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
 EV_DONE, EV_EAGER, EV_RDV = 0, 1, 2
 FL_EAGER, FL_RDV = 0, 1
@@ -81,25 +83,6 @@ def _pop(qt, qs, qk, qa, qb, size):
 
 
 @njit(cache=True, nogil=True)
-def _fifo_push(head, tail, nxt, q, i):
-    nxt[i] = -1
-    if tail[q] < 0:
-        head[q] = i
-    else:
-        nxt[tail[q]] = i
-    tail[q] = i
-
-
-@njit(cache=True, nogil=True)
-def _fifo_pop(head, tail, nxt, q):
-    i = head[q]
-    head[q] = nxt[i]
-    if head[q] < 0:
-        tail[q] = -1
-    return i
-
-
-@njit(cache=True, nogil=True)
 def _xfer_ns(size_ptr, sizes, times, key, size):
     """Transfer time of ``size`` bytes on p2p key ``key`` (its (src, dst) pair)."""
     lo = size_ptr[key]
@@ -141,7 +124,7 @@ def _eager_landed(si, now, sent_at, key, rw_head, rw_tail, ld_head, ld_tail, q_n
     ends now, else it waits for its receive."""
     q = key[si]
     if rw_head[q] >= 0:
-        j = _fifo_pop(rw_head, rw_tail, q_next, q)
+        j = fifo_pop(rw_head, rw_tail, q_next, q)
         peer_of[j] = si
         peer_of[si] = j
         if sent_at > start[j]:
@@ -149,7 +132,7 @@ def _eager_landed(si, now, sent_at, key, rw_head, rw_tail, ld_head, ld_tail, q_n
         sc[S_SEQ] += 1
         sc[S_HSIZE] = _push(ht, hs, hk, ha, hb, sc[S_HSIZE], now, sc[S_SEQ], EV_DONE, j, 0)
     else:
-        _fifo_push(ld_head, ld_tail, q_next, q, si)
+        fifo_push(ld_head, ld_tail, q_next, q, si)
 
 
 @njit(cache=True, nogil=True)
@@ -176,7 +159,7 @@ def run(ht, hs, hk, ha, hb,  # event heap
                     ready[i] = 0
                     r = res[i]
                     if busy[r]:
-                        _fifo_push(r_head, r_tail, r_next, r, i)
+                        fifo_push(r_head, r_tail, r_next, r, i)
                     else:
                         busy[r] = 1
                         work[nw] = i
@@ -192,26 +175,8 @@ def run(ht, hs, hk, ha, hb,  # event heap
                 sc[S_EVENTS] += 1
                 spent += 1
                 if k == EV_DONE:  # -- streams: node a ends, its resource passes on, successors wake
-                    end[a] = now
                     sc[S_FINISHED] += 1
-                    r = res[a]
-                    if r_head[r] >= 0:
-                        work[nw] = _fifo_pop(r_head, r_tail, r_next, r)
-                        nw += 1
-                    else:
-                        busy[r] = 0
-                    for kk in range(succ_ptr[a], succ_ptr[a + 1]):
-                        s = succ_idx[kk]
-                        indeg[s] -= 1
-                        if indeg[s] == 0:
-                            ready[s] = now
-                            r = res[s]
-                            if busy[r]:
-                                _fifo_push(r_head, r_tail, r_next, r, s)
-                            else:
-                                busy[r] = 1
-                                work[nw] = s
-                                nw += 1
+                    nw = node_ends(a, now, end, res, r_head, r_tail, r_next, busy, succ_ptr, succ_idx, indeg, ready, work, nw)
                 elif k == EV_EAGER:  # -- p2p: a delayed eager send puts its data on the wire
                     fid = sc[S_FID]
                     sc[S_FID] += 1
@@ -281,25 +246,25 @@ def run(ht, hs, hk, ha, hb,  # event heap
                         sc[S_FSIZE] = _push(ft, ff, fk, fa, fb, sc[S_FSIZE],
                                             _flow_end(now, q, size1[i], size_ptr, sizes, times, booked_mode, k_lat, k_bw, k_pptr, k_ports, port_bw, booked, ceil), fid, FL_EAGER, i, now)
                 elif ld_head[q] >= 0:  # a receive whose data is already there ends now
-                    si = _fifo_pop(ld_head, ld_tail, q_next, q)
+                    si = fifo_pop(ld_head, ld_tail, q_next, q)
                     peer_of[i] = si
                     peer_of[si] = i
                     sc[S_SEQ] += 1
                     sc[S_HSIZE] = _push(ht, hs, hk, ha, hb, sc[S_HSIZE], now, sc[S_SEQ], EV_DONE, i, 0)
                 else:
-                    _fifo_push(rw_head, rw_tail, q_next, q, i)
+                    fifo_push(rw_head, rw_tail, q_next, q, i)
             else:  # -- p2p, rendezvous: the data moves once both sides have started
                 q = key[i]
                 si = ri = -1
                 if ki == K_SEND:
                     if rw_head[q] >= 0:
-                        si, ri = i, _fifo_pop(rw_head, rw_tail, q_next, q)
+                        si, ri = i, fifo_pop(rw_head, rw_tail, q_next, q)
                     else:
-                        _fifo_push(sw_head, sw_tail, q_next, q, i)
+                        fifo_push(sw_head, sw_tail, q_next, q, i)
                 elif sw_head[q] >= 0:
-                    si, ri = _fifo_pop(sw_head, sw_tail, q_next, q), i
+                    si, ri = fifo_pop(sw_head, sw_tail, q_next, q), i
                 else:
-                    _fifo_push(rw_head, rw_tail, q_next, q, i)
+                    fifo_push(rw_head, rw_tail, q_next, q, i)
                 if si >= 0:
                     wait[si] = now - start[si]
                     peer_of[si] = ri
