@@ -28,7 +28,7 @@ import math
 import numpy as np
 from numba import njit
 
-from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends
+from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends, rdv_match
 
 K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
 # engine events: node done, a chunk's member reaches a step, a delayed issue of a step's sends,
@@ -598,21 +598,8 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     fifo_push(rw_head, rw_tail, q_next, q, i)
             else:  # -- p2p, rendezvous: the data moves once both sides have started
                 q = key[i]
-                si = ri = -1
-                if ki == K_SEND:
-                    if rw_head[q] >= 0:
-                        si, ri = i, fifo_pop(rw_head, rw_tail, q_next, q)
-                    else:
-                        fifo_push(sw_head, sw_tail, q_next, q, i)
-                elif sw_head[q] >= 0:
-                    si, ri = fifo_pop(sw_head, sw_tail, q_next, q), i
-                else:
-                    fifo_push(rw_head, rw_tail, q_next, q, i)
+                si, ri = rdv_match(ki == K_SEND, i, q, rw_head, rw_tail, sw_head, sw_tail, q_next, now, start, wait, peer_of)
                 if si >= 0:
-                    wait[si] = now - start[si]
-                    peer_of[si] = ri
-                    peer_of[ri] = si
-                    wait[ri] = now - start[ri]
                     if rank[si] == rank[ri]:
                         _node_done(eh, si, now + delay)
                         _node_done(eh, ri, now + delay)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends
+from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends, rdv_match
 
 K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
 EV_DONE, EV_EAGER, EV_RDV = 0, 1, 2
@@ -255,21 +255,8 @@ def run(ht, hs, hk, ha, hb,  # event heap
                     fifo_push(rw_head, rw_tail, q_next, q, i)
             else:  # -- p2p, rendezvous: the data moves once both sides have started
                 q = key[i]
-                si = ri = -1
-                if ki == K_SEND:
-                    if rw_head[q] >= 0:
-                        si, ri = i, fifo_pop(rw_head, rw_tail, q_next, q)
-                    else:
-                        fifo_push(sw_head, sw_tail, q_next, q, i)
-                elif sw_head[q] >= 0:
-                    si, ri = fifo_pop(sw_head, sw_tail, q_next, q), i
-                else:
-                    fifo_push(rw_head, rw_tail, q_next, q, i)
+                si, ri = rdv_match(ki == K_SEND, i, q, rw_head, rw_tail, sw_head, sw_tail, q_next, now, start, wait, peer_of)
                 if si >= 0:
-                    wait[si] = now - start[si]
-                    peer_of[si] = ri
-                    peer_of[ri] = si
-                    wait[ri] = now - start[ri]
                     if rank[si] == rank[ri]:
                         sc[S_SEQ] += 1
                         sc[S_HSIZE] = _push(ht, hs, hk, ha, hb, sc[S_HSIZE], now + delay, sc[S_SEQ], EV_DONE, si, 0)

@@ -54,3 +54,26 @@ def node_ends(a, now, end, res, r_head, r_tail, r_next, busy, succ_ptr, succ_idx
                 work[nw] = s
                 nw += 1
     return nw
+
+
+@njit(cache=True, nogil=True)
+def rdv_match(is_send, i, q, rw_head, rw_tail, sw_head, sw_tail, q_next, now, start, wait, peer_of):
+    """Rendezvous p2p: node ``i`` (a send if ``is_send``, else a receive) on matching key ``q`` meets the
+    first peer waiting there, or waits itself.  Returns the (send, receive) pair that meets now, with
+    their waits and peers set, or (-1, -1)."""
+    si = ri = -1
+    if is_send:
+        if rw_head[q] >= 0:
+            si, ri = i, fifo_pop(rw_head, rw_tail, q_next, q)
+        else:
+            fifo_push(sw_head, sw_tail, q_next, q, i)
+    elif sw_head[q] >= 0:
+        si, ri = fifo_pop(sw_head, sw_tail, q_next, q), i
+    else:
+        fifo_push(rw_head, rw_tail, q_next, q, i)
+    if si >= 0:
+        wait[si] = now - start[si]
+        peer_of[si] = ri
+        peer_of[ri] = si
+        wait[ri] = now - start[ri]
+    return si, ri
