@@ -52,7 +52,7 @@ def test_a_group_reaches_only_its_gpus_rails():
     two = group_shape(c, [0, 1, 8, 9])
     assert (two.nics_per_node, two.net_bw_GBps) == (2, pytest.approx(2 * 50 * 0.96))
     price = price_collective(one, CollKind.ALL_REDUCE, 1 << 30)
-    assert 40.0 < price.bus_bw_gbps <= 50 * 0.96
+    assert 40.0 < price.bus_bw_GBps <= 50 * 0.96
 
 
 @pytest.mark.parametrize("kind", list(CollKind))
@@ -67,13 +67,13 @@ def test_limits(a100, h100x2):
     small = price_collective(a100, "all_reduce", 8)
     assert 5_000 < small.time_ns < 60_000
     big = price_collective(a100, "all_reduce", 8 << 30)
-    assert 0.9 * a100.intra_bw_GBps < big.bus_bw_gbps <= a100.intra_bw_GBps
+    assert 0.9 * a100.intra_bw_GBps < big.bus_bw_GBps <= a100.intra_bw_GBps
     assert price_collective(a100, "all_reduce", 0).time_ns == 0
     one = group_shape(load_cluster("a100-node"), [3])
     assert price_collective(one, "all_reduce", 1 << 20).time_ns == 0
     # busbw never exceeds what the links can carry (tree over 2 nodes may beat the NIC line rate, as NCCL's does)
     for n in SIZES:
-        assert price_collective(h100x2, "all_gather", n).bus_bw_gbps <= h100x2.net_bw_GBps + 1e-9
+        assert price_collective(h100x2, "all_gather", n).bus_bw_GBps <= h100x2.net_bw_GBps + 1e-9
 
 
 def test_algorithm_choice_by_size(a100, h100x2, h100x4):
@@ -172,7 +172,7 @@ def test_group_across_device_groups_runs_at_the_slowest():
 )
 def test_preset_large_all_reduce_within_physical_band(preset, size, lo_busbw, hi_busbw):
     p = price_collective(group_shape(load_cluster(preset)), "all_reduce", size)
-    assert lo_busbw <= p.bus_bw_gbps <= hi_busbw
+    assert lo_busbw <= p.bus_bw_GBps <= hi_busbw
 
 
 def test_cluster_restricts_algorithms_and_protocols():

@@ -40,7 +40,7 @@ class CollectivePrice:
     algo: Algo
     proto: Proto
     channels: int
-    bus_bw_gbps: float  # nccl-tests bus bandwidth, GB/s (1e9 B/s)
+    bus_bw_GBps: float  # nccl-tests bus bandwidth, GB/s (1e9 B/s)
 
 
 def bus_factor(kind: CollKind, n_ranks: int) -> float:
@@ -281,7 +281,7 @@ def _price(s: GroupShape, kind: CollKind, size_bytes: int, algo: Algo | None, pr
         algo=best[0],
         proto=best[1],
         channels=_channels_used(s, best[0], best[1], size_bytes),
-        bus_bw_gbps=busbw,
+        bus_bw_GBps=busbw,
     )
 
 

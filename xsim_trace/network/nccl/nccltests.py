@@ -44,8 +44,8 @@ class Row:
     line: int
     size_bytes: int
     time_us: float  # out-of-place
-    algbw_gbps: float
-    busbw_gbps: float
+    algbw_GBps: float
+    busbw_GBps: float
     time_in_place_us: float | None
 
 
@@ -119,10 +119,10 @@ def _check_wrong(file: str, ln: int, tok: str) -> None:
 
 
 def _ranks_from_bw(kind: CollKind, rows: list[Row]) -> int | None:
-    big = max(rows, key=lambda r: r.algbw_gbps)
-    if big.algbw_gbps <= 0:
+    big = max(rows, key=lambda r: r.algbw_GBps)
+    if big.algbw_GBps <= 0:
         return None
-    ratio = big.busbw_gbps / big.algbw_gbps
+    ratio = big.busbw_GBps / big.algbw_GBps
     for n in range(2, 4097):
         if abs(bus_factor(kind, n) - ratio) < 0.02 * max(ratio, 1e-9):
             return n
