@@ -61,56 +61,48 @@ PACKED_PROGRESS = ("cp_wait", "cp_pend", "cp_over", "p_done", "p_fin")
 # ordered by (t, seq); each push takes the next seq.  One array per call: numba counts references of
 # every array argument (atomically) on each call.
 @njit(cache=True, nogil=True)
-def _epush(h, t, k, a, b, c, d):
+def _slot(h, t):
+    """Take the next seq and sift a new row at time ``t`` up to its place; returns that row's index with
+    (t, seq) written, or 0 when the heap is full (the header's overflow flag is set)."""
     size = h[0, 0]
     if size + 1 >= h.shape[0]:
         h[0, 2] = 1
-        return
+        return 0
     s = h[0, 1] + 1
     h[0, 1] = s
+    w = h.shape[1]
     i = size + 1
     while i > 1:
         p = i >> 1
         if t < h[p, 0] or (t == h[p, 0] and s < h[p, 1]):
-            for j in range(7):
+            for j in range(w):
                 h[i, j] = h[p, j]
             i = p
         else:
             break
     h[i, 0] = t
     h[i, 1] = s
-    h[i, 2] = k
-    h[i, 3] = a
-    h[i, 4] = b
-    h[i, 5] = c
-    h[i, 6] = d
     h[0, 0] = size + 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _epush(h, t, k, a, b, c, d):
+    i = _slot(h, t)
+    if i:
+        h[i, 2] = k
+        h[i, 3] = a
+        h[i, 4] = b
+        h[i, 5] = c
+        h[i, 6] = d
 
 
 @njit(cache=True, nogil=True)
 def _bpush(h, t, k, x):
-    size = h[0, 0]
-    if size + 1 >= h.shape[0]:
-        h[0, 2] = 1
-        return
-    s = h[0, 1] + 1
-    h[0, 1] = s
-    i = size + 1
-    while i > 1:
-        p = i >> 1
-        if t < h[p, 0] or (t == h[p, 0] and s < h[p, 1]):
-            h[i, 0] = h[p, 0]
-            h[i, 1] = h[p, 1]
-            h[i, 2] = h[p, 2]
-            h[i, 3] = h[p, 3]
-            i = p
-        else:
-            break
-    h[i, 0] = t
-    h[i, 1] = s
-    h[i, 2] = k
-    h[i, 3] = x
-    h[0, 0] = size + 1
+    i = _slot(h, t)
+    if i:
+        h[i, 2] = k
+        h[i, 3] = x
 
 
 @njit(cache=True, nogil=True)
