@@ -62,6 +62,16 @@ class _Ctx:
             if key not in known:
                 raise self.err(unknown_key_message(str(key), known), f"{where}{key}")
 
+    def records(self, m: Mapping[str, Any], key: str, where: str, known: Any):
+        """``(path prefix, mapping)`` of each entry of the list ``m[key]``: every entry a mapping with
+        known keys only."""
+        for i, item in enumerate(self.get(m, key, where, list)):
+            w = f"{where}{key}[{i}]."
+            if not isinstance(item, Mapping):
+                raise self.err(f"expected a mapping, found {item!r}", w[:-1])
+            self.keys(item, known, w)
+            yield w, item
+
     def positive(self, m: Mapping[str, Any], key: str, where: str, default: Any = ...,
                  maximum: int = MAX_PLAN_INT) -> int:
         v = self.get(m, key, where, int, default)
@@ -166,11 +176,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
     model = replace(model, grad_reduce_bytes=GRAD_DTYPES[grad_dtype],
                     expert_parallel=c.positive(data, "expert_parallel", "", 1, maximum=MAX_DEVICES))
     groups: list[DeviceGroup] = []
-    for i, g in enumerate(c.get(data, "device_groups", "", list)):
-        w = f"device_groups[{i}]."
-        if not isinstance(g, Mapping):
-            raise c.err(f"expected a mapping, found {g!r}", w[:-1])
-        c.keys(g, GROUP_FIELDS, w)
+    for w, g in c.records(data, "device_groups", "", GROUP_FIELDS):
         name = c.get(g, "name", w, str)
         if any(x.name == name for x in groups):
             raise c.err(f"duplicate device group name {name!r}", w + "name")
@@ -195,17 +201,9 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
     if partition not in PARTITIONS:
         raise c.err(f"unknown partition {partition!r} (choose {', '.join(PARTITIONS)})", "partition")
     pipelines: list[PipelinePlan] = []
-    for i, p in enumerate(c.get(data, "pipelines", "", list)):
-        w = f"pipelines[{i}]."
-        if not isinstance(p, Mapping):
-            raise c.err(f"expected a mapping, found {p!r}", w[:-1])
-        c.keys(p, PIPELINE_FIELDS, w)
+    for w, p in c.records(data, "pipelines", "", PIPELINE_FIELDS):
         stages = []
-        for j, s in enumerate(c.get(p, "stages", w, list)):
-            ws = f"{w}stages[{j}]."
-            if not isinstance(s, Mapping):
-                raise c.err(f"expected a mapping, found {s!r}", ws[:-1])
-            c.keys(s, STAGE_FIELDS, ws)
+        for ws, s in c.records(p, "stages", w, STAGE_FIELDS):
             group, tp, split = _stage_groups(c, s, ws, groups)
             raw = s.get("layers")
             ranges: tuple[tuple[int, int], ...] = ()
@@ -221,7 +219,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
             raise c.err("a pipeline needs at least one stage", w + "stages")
         own_mb = c.positive(p, "micro_batches", w, None) or 0
         for _ in range(c.positive(p, "replicas", w, 1, maximum=MAX_DEVICES)):
-            pipelines.append(PipelinePlan(tuple(stages), str(p.get("name", f"p{i}")), own_mb))
+            pipelines.append(PipelinePlan(tuple(stages), str(p.get("name", f"p{len(pipelines)}")), own_mb))
     if not pipelines:
         raise c.err("at least one pipeline is needed", "pipelines")
     every_own = all(p.micro_batches for p in pipelines)
