@@ -153,6 +153,11 @@ def _nics_reached(g: DeviceGroup, ranks_per_node: int) -> int:
     return max(1, min(g.nic.count, math.ceil(ranks_per_node * per_gpu - 1e-9)))
 
 
+def _group_net_bw_GBps(g: DeviceGroup, nics: int) -> float:
+    """The node's scale-out bandwidth, in the share of its NICs that the group reaches."""
+    return net_bw_GBps(g) * nics / g.nic.count if g.nic else net_bw_GBps(g)
+
+
 def _nvls_bw(g: DeviceGroup, link: LinkGen, arch: str) -> float:
     enabled = g.nccl.nvls
     if enabled is None:
@@ -199,6 +204,7 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
     t = link_table()
     proto_lat, proto_scale = _proto_tuning(g, link)
     fill_us, fill_bytes = _fill(g, link)
+    nics = _nics_reached(g, ranks_per_node)
     return GroupShape(
         n_ranks=n_ranks,
         n_nodes=n_nodes,
@@ -207,9 +213,8 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         link=link,
         intra_bw_GBps=intra_bw_GBps(g, link),
         net=net,
-        nics_per_node=_nics_reached(g, ranks_per_node),
-        net_bw_GBps=net_bw_GBps(g) * _nics_reached(g, ranks_per_node) / g.nic.count if n_nodes > 1 and g.nic else
-        (net_bw_GBps(g) if n_nodes > 1 else 0.0),
+        nics_per_node=nics,
+        net_bw_GBps=_group_net_bw_GBps(g, nics) if n_nodes > 1 else 0.0,
         nvls_bw_GBps=_nvls_bw(g, link, arch) if ranks_per_node > 1 else 0.0,
         collnet=g.nccl.collnet and n_nodes > 1,
         latency_us=g.nccl.latency_us,
