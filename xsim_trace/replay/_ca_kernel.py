@@ -28,6 +28,7 @@ import math
 import numpy as np
 from numba import njit
 
+from xsim_trace.replay._borrowed import borrowed
 from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends, rdv_match
 
 K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
@@ -415,6 +416,23 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
         work, sc, delay, red_delay, in_flight, eager, budget):
     """Run until nothing is left (returns 0), ``budget`` events were handled (1), or a capacity
     was exceeded (3: the state is spoilt, rerun with larger arrays)."""
+    # borrowed views (:mod:`._borrowed`): no atomic reference counting on the calls inside the loop
+    eh, bh, fl, fstack = borrowed(eh), borrowed(bh), borrowed(fl), borrowed(fstack)
+    fin, hk, hv, stk = borrowed(fin), borrowed(hk), borrowed(hv), borrowed(stk)
+    ready, start, end, wait = borrowed(ready), borrowed(start), borrowed(end), borrowed(wait)
+    peer_of, kind, dur, res = borrowed(peer_of), borrowed(kind), borrowed(dur), borrowed(res)
+    indeg, succ_ptr, succ_idx, busy = borrowed(indeg), borrowed(succ_ptr), borrowed(succ_idx), borrowed(busy)
+    r_head, r_tail, r_next, rank = borrowed(r_head), borrowed(r_tail), borrowed(r_next), borrowed(rank)
+    peer_rank, key, size1, sw_head = borrowed(peer_rank), borrowed(key), borrowed(size1), borrowed(sw_head)
+    sw_tail, rw_head, rw_tail, ld_head = borrowed(sw_tail), borrowed(rw_head), borrowed(rw_tail), borrowed(ld_head)
+    ld_tail, q_next, key_route, inst_of = borrowed(ld_tail), borrowed(q_next), borrowed(key_route), borrowed(inst_of)
+    arrived, inst_nodes_ptr, inst_nodes, inst_k = borrowed(arrived), borrowed(inst_nodes_ptr), borrowed(inst_nodes), borrowed(inst_k)
+    inst_plan_ptr, inst_plans, inst_cp, plan_step_ptr = borrowed(inst_plan_ptr), borrowed(inst_plans), borrowed(inst_cp), borrowed(plan_step_ptr)
+    step_tab, step_reduce, tab_base, e_need = borrowed(step_tab), borrowed(step_reduce), borrowed(tab_base), borrowed(e_need)
+    e_sptr, s_q, s_size, s_route = borrowed(e_sptr), borrowed(s_q), borrowed(s_size), borrowed(s_route)
+    cp_wait, cp_pend, cp_over, p_done = borrowed(cp_wait), borrowed(cp_pend), borrowed(cp_over), borrowed(p_done)
+    p_fin, L, LF, S = borrowed(p_fin), borrowed(L), borrowed(LF), borrowed(S)
+    M, work, sc = borrowed(M), borrowed(work), borrowed(sc)
     spent = 0
     while True:
         if sc[S_OVER] or eh[0, 2] or bh[0, 2]:
