@@ -215,12 +215,45 @@ def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, S, o_rp, sc
 
 
 @njit(cache=True, nogil=True)
+def _bpush_seq(h, t, s, k, x):
+    """Push a row with the seq ``s`` taken earlier (a release pushed late: see :func:`_brun`)."""
+    size = h[0, 0]
+    if size + 1 >= h.shape[0]:
+        h[0, 2] = 1
+        return
+    i = size + 1
+    while i > 1:
+        p = i >> 1
+        if t < h[p, 0] or (t == h[p, 0] and s < h[p, 1]):
+            h[i, 0] = h[p, 0]
+            h[i, 1] = h[p, 1]
+            h[i, 2] = h[p, 2]
+            h[i, 3] = h[p, 3]
+            i = p
+        else:
+            break
+    h[i, 0] = t
+    h[i, 1] = s
+    h[i, 2] = k
+    h[i, 3] = x
+    h[0, 0] = size + 1
+
+
+@njit(cache=True, nogil=True)
 def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, sc):
     """The backend's ``_run``: events with time <= ``limit``; with ``stop_at_done`` it stops before the
     first completion and returns its time (also beyond ``limit``), else -1.  Completions go to ``fin``.
-    ``L``: per link its busy flag, then the head, then the tail of its FIFO (3 x links); ``LF``: per
-    link its bandwidth, then its latency; routes in ``S`` from ``o_rp`` (CSR pointers) and ``o_rl``."""
-    nl = L.shape[0] // 3
+    ``L``: per link whether its release is in the heap, the head and the tail of its FIFO, the time
+    and seq of its last release (5 x links); ``LF``: per link its bandwidth, then its latency; routes
+    in ``S`` from ``o_rp`` (CSR pointers) and ``o_rl``.
+
+    A link's release (the reference's FREE event) goes into the heap only when a flow has to wait for
+    it: until then its (time, seq) is kept with the link (the seq taken when the reference pushes it,
+    so the heap's order is the reference's), and a flow arriving at (t, s) finds the link busy when
+    that release is later than (t, s).  Both are counted (``heap_ops``, ``events``) when the release
+    is made, as the reference pushes and later pops every one; a ring without contention then makes
+    3 heap events per two-hop flow instead of 5."""
+    nl = L.shape[0] // 5
     while bh[0, 0] > 0:
         t = bh[1, 0]
         k = bh[1, 2]
@@ -230,27 +263,31 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
             return -1
         if k == B_DONE and stop_at_done:
             return t
+        s_ev = bh[1, 1]
         x = bh[1, 3]
         _pop(bh)
-        sc[S_BOPS] += 1
         if k == B_DONE:
+            sc[S_BOPS] += 1
             fin[sc[S_NFIN]] = x
             sc[S_NFIN] += 1
             continue
-        sc[S_BEVENTS] += 1
-        if k == B_FREE:
+        if k == B_FREE:  # a release some flow waits for (counted when it was made)
             link = x
+            L[link] = 0
             f = L[nl + link]
-            if f < 0:
-                L[link] = 0
-                continue
             L[nl + link] = fl[f, F_NEXT]
             if L[nl + link] < 0:
                 L[2 * nl + link] = -1
         else:
+            sc[S_BOPS] += 1
+            sc[S_BEVENTS] += 1
             f = x
             link = S[o_rl + S[o_rp + fl[f, F_ROUTE]] + fl[f, F_HOP]]
-            if L[link]:
+            rt = L[3 * nl + link]
+            if L[link] or rt > t or (rt == t and L[4 * nl + link] > s_ev):  # busy: wait for the release
+                if not L[link]:
+                    _bpush_seq(bh, rt, L[4 * nl + link], B_FREE, link)
+                    L[link] = 1
                 fl[f, F_NEXT] = -1
                 tail = L[2 * nl + link]
                 if tail < 0:
@@ -266,7 +303,6 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
         cs = float(min(size, chunk)) if chunk else s
         bw = LF[link]
         lat = LF[nl + link]
-        L[link] = 1
         free_t = t + _to_ns(s / bw, ceil)
         comm = _to_ns(lat + s / bw, ceil)
         ccomm = _to_ns(lat + cs / bw, ceil)
@@ -280,8 +316,14 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
             _bpush(bh, tail_next, B_DONE, f)
         else:
             _bpush(bh, t + ccomm, B_ARRIVE, f)
-        _bpush(bh, free_t, B_FREE, link)
-        sc[S_BOPS] += 2
+        bh[0, 1] += 1  # the release's seq
+        L[3 * nl + link] = free_t
+        L[4 * nl + link] = bh[0, 1]
+        if L[nl + link] >= 0:  # flows wait: the release goes into the heap now
+            _bpush_seq(bh, free_t, bh[0, 1], B_FREE, link)
+            L[link] = 1
+        sc[S_BOPS] += 3  # the event pushed, the release's push and pop
+        sc[S_BEVENTS] += 1  # the release
     return -1
 
 

@@ -261,7 +261,8 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
                              np.zeros(nm, np.int64), np.zeros(nm, np.int64)])
         colls = (_i64(w.coll_instance).copy(), np.zeros(len(w.instances), np.int64), *tables[:6])
         schedules_ = (*tables[6:8], sched[2], *tables[8:13])
-        links = np.concatenate([np.zeros(nl, np.int64), np.full(2 * nl, -1, np.int64)])
+        # per link: release in the heap, FIFO head and tail, last release's time and seq (see _ca_kernel._brun)
+        links = np.concatenate([np.zeros(nl, np.int64), np.full(3 * nl, -1, np.int64), np.zeros(nl, np.int64)])
         args = (*state, *times, *graph[:3], w.indegree.astype(np.int64), *graph[4:], *resources,
                 rank, peer_rank, key, size1, *heads, q_next, key_route, *colls, *schedules_, tables[13], *prog,
                 np.int64(max_steps + 1), links, link_f, np.int64(backend.chunk_bytes), backend.rounding == "ceil",
