@@ -135,6 +135,16 @@ def rank_breakdown(w: CompiledWorkload, t: RawTimes, rank: int) -> tuple[Breakdo
     )
 
 
+def _breakdown_key(w: CompiledWorkload, t: RawTimes, rank: int) -> bytes:
+    """Everything :func:`rank_breakdown` reads of ``rank``, as bytes: ranks with equal keys (symmetric
+    ranks replayed unfolded, e.g. on a contention-aware backend) have equal breakdowns, computed once."""
+    lo, hi = int(w.rank_ptr[rank]), int(w.rank_ptr[rank + 1])
+    parts = (t.start_ns[lo:hi], t.end_ns[lo:hi], t.wait_ns[lo:hi], w.exec_kind[lo:hi],
+             w.resource_role[w.resource[lo:hi]], w.comm_kind[lo:hi])
+    # the node count first: every part then has a fixed length, so equal keys mean equal parts
+    return str(hi - lo).encode() + b"".join(np.ascontiguousarray(x).tobytes() + str(x.dtype).encode() for x in parts)
+
+
 def mean_breakdown(items: Sequence[Breakdown]) -> Breakdown:
     n = max(len(items), 1)
 
@@ -165,10 +175,13 @@ def build_result(
     # a folded rank has its representative's node times and columns: its breakdown is the same
     rep_of = t.rep_of if t.rep_of is not None else range(w.num_ranks)
     done: dict[int, tuple[Breakdown, int]] = {}
+    same: dict[bytes, tuple[Breakdown, int]] = {}
     for r in range(w.num_ranks):
         rep = int(rep_of[r])
         if rep not in done:
-            done[rep] = rank_breakdown(w, t, rep)
+            key = _breakdown_key(w, t, rep)
+            hit = same.get(key)
+            done[rep] = hit if hit is not None else same.setdefault(key, rank_breakdown(w, t, rep))
         b, busy = done[rep]
         ranks.append(RankResult(r, str(group_of(r)), b, busy))
     names: dict[str, list[RankResult]] = {}
