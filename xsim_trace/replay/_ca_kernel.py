@@ -44,7 +44,7 @@ F_FID, F_SIZE, F_ROUTE, F_NH, F_HOP, F_TAIL, F_NEXT, F_CB, F_A, F_B, F_C, F_D, F
 NF = 13
 # frames of the collective driver
 FR_ENTER, FR_CHUNK, FR_POST = 0, 1, 2
-(_S_UNUSED0, _S_UNUSED1, _S_UNUSED2, _S_UNUSED3, S_FID, S_FREE, S_INFLIGHT, S_NFIN, S_HCOUNT, S_OVER, S_EVENTS, S_FINISHED,
+(S_TURN_SEQ, _S_UNUSED1, _S_UNUSED2, _S_UNUSED3, S_FID, S_FREE, S_INFLIGHT, S_NFIN, S_HCOUNT, S_OVER, S_EVENTS, S_FINISHED,
  S_FLOWS, S_COLLS, S_SEEDED, S_BEVENTS, S_BOPS) = range(17)
 N_SCALARS = 17
 NO_HORIZON = 1 << 62
@@ -187,8 +187,9 @@ def _to_ns(x, ceil):
 
 
 @njit(cache=True, nogil=True)
-def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, S, o_rp, sc):
-    """``start_flow``: a slot, the next flow id, its first event (DONE at once on an empty route)."""
+def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, S, o_rp, sc, L, LF, o_rl, chunk, ceil):
+    """``start_flow``: a slot, the next flow id, its arrival at its first link handled now (see
+    :func:`_brun`; DONE at once on an empty route)."""
     if sc[S_FREE] == 0:
         sc[S_OVER] = 1
         return
@@ -210,8 +211,13 @@ def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, S, o_rp, sc
     fl[f, F_C] = c
     fl[f, F_D] = d
     fl[f, F_E] = e
-    _bpush(bh, now, B_DONE if nh == 0 else B_ARRIVE, f)
-    sc[S_BOPS] += 1
+    if nh == 0:
+        _bpush(bh, now, B_DONE, f)
+        sc[S_BOPS] += 1
+        return
+    sc[S_BOPS] += 2  # the reference's push and pop of the arrival
+    sc[S_BEVENTS] += 1
+    _arrive(now, sc[S_TURN_SEQ], f, bh, fl, L, LF, S, o_rp, o_rl, chunk, ceil, sc)
 
 
 @njit(cache=True, nogil=True)
@@ -240,6 +246,63 @@ def _bpush_seq(h, t, s, k, x):
 
 
 @njit(cache=True, nogil=True)
+def _transmit(t, f, link, bh, fl, L, LF, chunk, ceil, sc):
+    """Flow ``f`` sends its next hop on ``link`` at ``t``: its head (or tail) event first, then the
+    link's release (kept with the link unless flows wait for it: see :func:`_brun`)."""
+    nl = L.shape[0] // 5
+    h = fl[f, F_HOP]
+    size = fl[f, F_SIZE]
+    s = float(size)
+    cs = float(min(size, chunk)) if chunk else s
+    bw = LF[link]
+    lat = LF[nl + link]
+    free_t = t + _to_ns(s / bw, ceil)
+    comm = _to_ns(lat + s / bw, ceil)
+    ccomm = _to_ns(lat + cs / bw, ceil)
+    if h == 0:
+        tail_next = t + comm
+    else:
+        tail_next = max(t + comm, fl[f, F_TAIL] + ccomm)
+    fl[f, F_HOP] = h + 1
+    fl[f, F_TAIL] = tail_next
+    if h + 1 == fl[f, F_NH]:
+        _bpush(bh, tail_next, B_DONE, f)
+    else:
+        _bpush(bh, t + ccomm, B_ARRIVE, f)
+    bh[0, 1] += 1  # the release's seq
+    L[3 * nl + link] = free_t
+    L[4 * nl + link] = bh[0, 1]
+    if L[nl + link] >= 0:  # flows wait: the release goes into the heap now
+        _bpush_seq(bh, free_t, bh[0, 1], B_FREE, link)
+        L[link] = 1
+    sc[S_BOPS] += 3  # the event pushed, the release's push and pop
+    sc[S_BEVENTS] += 1  # the release
+
+
+@njit(cache=True, nogil=True)
+def _arrive(t, s_ev, f, bh, fl, L, LF, S, o_rp, o_rl, chunk, ceil, sc):
+    """Flow ``f``'s head reaches its next link at (``t``, ``s_ev``): it waits there while the link's
+    last release is later than that (in the reference: its FREE event is not handled yet), else it
+    is sent at once."""
+    nl = L.shape[0] // 5
+    link = S[o_rl + S[o_rp + fl[f, F_ROUTE]] + fl[f, F_HOP]]
+    rt = L[3 * nl + link]
+    if L[link] or rt > t or (rt == t and L[4 * nl + link] > s_ev):
+        if not L[link]:
+            _bpush_seq(bh, rt, L[4 * nl + link], B_FREE, link)
+            L[link] = 1
+        fl[f, F_NEXT] = -1
+        tail = L[2 * nl + link]
+        if tail < 0:
+            L[nl + link] = f
+        else:
+            fl[tail, F_NEXT] = f
+        L[2 * nl + link] = f
+        return
+    _transmit(t, f, link, bh, fl, L, LF, chunk, ceil, sc)
+
+
+@njit(cache=True, nogil=True)
 def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, sc):
     """The backend's ``_run``: events with time <= ``limit``; with ``stop_at_done`` it stops before the
     first completion and returns its time (also beyond ``limit``), else -1.  Completions go to ``fin``.
@@ -247,12 +310,18 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
     and seq of its last release (5 x links); ``LF``: per link its bandwidth, then its latency; routes
     in ``S`` from ``o_rp`` (CSR pointers) and ``o_rl``.
 
-    A link's release (the reference's FREE event) goes into the heap only when a flow has to wait for
-    it: until then its (time, seq) is kept with the link (the seq taken when the reference pushes it,
-    so the heap's order is the reference's), and a flow arriving at (t, s) finds the link busy when
-    that release is later than (t, s).  Both are counted (``heap_ops``, ``events``) when the release
-    is made, as the reference pushes and later pops every one; a ring without contention then makes
-    3 heap events per two-hop flow instead of 5."""
+    Two events of the reference are not heap rows here, with the same outcome and counters:
+
+    - a link's release (FREE) goes into the heap only when a flow has to wait for it: until then its
+      (time, seq) is kept with the link (the seq taken when the reference pushes it, so the heap's
+      order is the reference's), and a flow arriving at (t, s) finds the link busy when that release
+      is later than (t, s);
+    - a flow's arrival at its first link is handled when the flow starts (:func:`_start_flow`): the
+      reference handles it in its next ``_run``, before anything pushed after it, and by then every
+      backend event up to ``now`` has been handled except what this turn's own first arrivals made.
+
+    Both are counted (``heap_ops``, ``events``) when they happen, as the reference pushes and pops
+    every one; a ring without contention then makes 2 heap events per two-hop flow instead of 5."""
     nl = L.shape[0] // 5
     while bh[0, 0] > 0:
         t = bh[1, 0]
@@ -270,77 +339,36 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
             sc[S_BOPS] += 1
             fin[sc[S_NFIN]] = x
             sc[S_NFIN] += 1
-            continue
-        if k == B_FREE:  # a release some flow waits for (counted when it was made)
+        elif k == B_FREE:  # a release some flow waits for (counted when it was made)
             link = x
             L[link] = 0
             f = L[nl + link]
             L[nl + link] = fl[f, F_NEXT]
             if L[nl + link] < 0:
                 L[2 * nl + link] = -1
+            _transmit(t, f, link, bh, fl, L, LF, chunk, ceil, sc)
         else:
             sc[S_BOPS] += 1
             sc[S_BEVENTS] += 1
-            f = x
-            link = S[o_rl + S[o_rp + fl[f, F_ROUTE]] + fl[f, F_HOP]]
-            rt = L[3 * nl + link]
-            if L[link] or rt > t or (rt == t and L[4 * nl + link] > s_ev):  # busy: wait for the release
-                if not L[link]:
-                    _bpush_seq(bh, rt, L[4 * nl + link], B_FREE, link)
-                    L[link] = 1
-                fl[f, F_NEXT] = -1
-                tail = L[2 * nl + link]
-                if tail < 0:
-                    L[nl + link] = f
-                else:
-                    fl[tail, F_NEXT] = f
-                L[2 * nl + link] = f
-                continue
-        # transmit hop h of flow f on link at t: its head (or tail) event first, then the release
-        h = fl[f, F_HOP]
-        size = fl[f, F_SIZE]
-        s = float(size)
-        cs = float(min(size, chunk)) if chunk else s
-        bw = LF[link]
-        lat = LF[nl + link]
-        free_t = t + _to_ns(s / bw, ceil)
-        comm = _to_ns(lat + s / bw, ceil)
-        ccomm = _to_ns(lat + cs / bw, ceil)
-        if h == 0:
-            tail_next = t + comm
-        else:
-            tail_next = max(t + comm, fl[f, F_TAIL] + ccomm)
-        fl[f, F_HOP] = h + 1
-        fl[f, F_TAIL] = tail_next
-        if h + 1 == fl[f, F_NH]:
-            _bpush(bh, tail_next, B_DONE, f)
-        else:
-            _bpush(bh, t + ccomm, B_ARRIVE, f)
-        bh[0, 1] += 1  # the release's seq
-        L[3 * nl + link] = free_t
-        L[4 * nl + link] = bh[0, 1]
-        if L[nl + link] >= 0:  # flows wait: the release goes into the heap now
-            _bpush_seq(bh, free_t, bh[0, 1], B_FREE, link)
-            L[link] = 1
-        sc[S_BOPS] += 3  # the event pushed, the release's push and pop
-        sc[S_BEVENTS] += 1  # the release
+            _arrive(t, s_ev, x, bh, fl, L, LF, S, o_rp, o_rl, chunk, ceil, sc)
     return -1
 
 
 # ---- collectives on the flow path ------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _issue(x, c, s, p, now, S, O, fl, fstack, bh, sc):
+def _issue(x, c, s, p, now, S, O, fl, fstack, bh, sc, L, LF, chunk, ceil):
     """Member ``p`` of chunk ``c`` sends its transfers of step ``s``, in schedule order (``S``: the
     read-only tables packed into one array, ``O`` their offsets: see :data:`PACKED`)."""
     st = S[O[O_PSP] + S[O[O_IPL] + S[O[O_IPP] + x] + c]] + s
     e = S[O[O_TB] + S[O[O_ST] + st]] + p
     for j in range(S[O[O_ESP] + e], S[O[O_ESP] + e + 1]):
         _start_flow(now, S[O[O_SSZ] + j], S[O[O_SRT] + j], CB_COLL, x, c, s, S[O[O_SQ] + j], p, fl, fstack, bh, S,
-                    O[O_RP], sc)
+                    O[O_RP], sc, L, LF, O[O_RL], chunk, ceil)
 
 
 @njit(cache=True, nogil=True)
-def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight):
+def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight,
+               L, LF, chunk, ceil):
     """``enter_step`` (FR_ENTER, v = step), ``chunk_done`` (FR_CHUNK) and what ``chunk_done`` does
     after a synchronous start of the next chunk (FR_POST, v = its finish time), run to the end."""
     o_inp, o_in, o_k, o_ipp, o_ipl, o_icp = O[O_INP], O[O_IN], O[O_K], O[O_IPP], O[O_IPL], O[O_ICP]
@@ -375,7 +403,7 @@ def _drive(typ, x, c, p, v, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, b
                     if delay:
                         _epush(eh, now + delay, EV_ISSUE, x, c, s, p)
                     else:
-                        _issue(x, c, s, p, now, S, O, fl, fstack, bh, sc)
+                        _issue(x, c, s, p, now, S, O, fl, fstack, bh, sc, L, LF, chunk, ceil)
                 need = S[o_en + e]
                 if need:
                     slot = _hfind(hk, cpp * s1 + s)
@@ -510,23 +538,26 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
             if eh[0, 0] > 0 and (t_net < 0 or eh[1, 0] < t_net):
                 now, k, a, b, c, d = eh[1, 0], eh[1, 2], eh[1, 3], eh[1, 4], eh[1, 5], eh[1, 6]
                 _pop(eh)
+                sc[S_TURN_SEQ] = bh[0, 1]  # this turn's first arrivals: see _brun
                 sc[S_EVENTS] += 1
                 spent += 1
                 if k == EV_DONE:  # -- streams: node a ends, its resource passes on, successors wake
                     sc[S_FINISHED] += 1
                     nw = node_ends(a, now, end, res, r_head, r_tail, r_next, busy, succ_ptr, succ_idx, indeg, ready, work, nw)
                 elif k == EV_STEP:  # -- collectives: member c of chunk b reaches step d
-                    _drive(FR_ENTER, a, b, c, d, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
+                    _drive(FR_ENTER, a, b, c, d, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight,
+                           L, LF, chunk, ceil)
                 elif k == EV_ISSUE:  # -- collectives: the delayed sends of member d, chunk b, step c
-                    _issue(a, b, c, d, now, S, O, fl, fstack, bh, sc)
+                    _issue(a, b, c, d, now, S, O, fl, fstack, bh, sc, L, LF, chunk, ceil)
                 elif k == EV_EAGER:  # -- p2p: a delayed eager send puts its data on the wire
-                    _start_flow(now, size1[a], key_route[key[a]], CB_EAGER, a, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc)
+                    _start_flow(now, size1[a], key_route[key[a]], CB_EAGER, a, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc, L, LF, O[O_RL], chunk, ceil)
                 else:  # -- p2p: a delayed rendezvous pair moves its data
                     _start_flow(now, max(size1[a], size1[b]), key_route[key[a]], CB_RDV, a, b, 0, 0, 0, fl, fstack,
-                                bh, S, O[O_RP], sc)
+                                bh, S, O[O_RP], sc, L, LF, O[O_RL], chunk, ceil)
             elif t_net >= 0:  # -- network: the flows landing at t_net, in flow id order
                 now = t_net
                 _brun(now, False, bh, fl, fin, L, LF, S, O[O_RP], O[O_RL], chunk, ceil, sc)
+                sc[S_TURN_SEQ] = bh[0, 1]
                 nf = sc[S_NFIN]
                 sc[S_NFIN] = 0
                 if nf > 16:  # flow id order
@@ -570,7 +601,8 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                         cp_pend[cpp] -= 1
                         if cp_pend[cpp] == 0 and cp_over[cpp]:
                             cp_over[cpp] = 0
-                            _drive(FR_CHUNK, x, c, p, 0, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
+                            _drive(FR_CHUNK, x, c, p, 0, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight,
+                                   L, LF, chunk, ceil)
                         st = plan_step_ptr[inst_plans[inst_plan_ptr[x] + c]] + s
                         eff = now + red_delay if red_delay and step_reduce[st] else now
                         cpq = inst_cp[x] + c * n + q
@@ -602,7 +634,8 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                             if go > now:
                                 _epush(eh, go, EV_STEP, x, c, q, s + 1)
                             else:
-                                _drive(FR_ENTER, x, c, q, s + 1, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
+                                _drive(FR_ENTER, x, c, q, s + 1, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight,
+                                       L, LF, chunk, ceil)
                 continue
             else:
                 return 0
@@ -629,7 +662,8 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     else:
                         for c in range(min(in_flight, inst_k[x])):
                             for p in range(n):
-                                _drive(FR_ENTER, x, c, p, 0, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight)
+                                _drive(FR_ENTER, x, c, p, 0, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight,
+                                       L, LF, chunk, ceil)
             elif eager:
                 q = key[i]
                 if ki == K_SEND:  # -- p2p, eager: the data leaves when the send starts
@@ -640,7 +674,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     elif delay:
                         _epush(eh, now + delay, EV_EAGER, i, 0, 0, 0)
                     else:
-                        _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc)
+                        _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc, L, LF, O[O_RL], chunk, ceil)
                 elif ld_head[q] >= 0:  # a receive whose data is already there ends now
                     si = fifo_pop(ld_head, ld_tail, q_next, q)
                     peer_of[i] = si
@@ -659,4 +693,4 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                         _epush(eh, now + delay, EV_RDV, si, ri, 0, 0)
                     else:
                         _start_flow(now, max(size1[si], size1[ri]), key_route[q], CB_RDV, si, ri, 0, 0, 0, fl,
-                                    fstack, bh, S, O[O_RP], sc)
+                                    fstack, bh, S, O[O_RP], sc, L, LF, O[O_RL], chunk, ceil)
