@@ -71,6 +71,18 @@ def test_chains_on_a_switch(settings, ctype):
     check_both(w, lambda: make_backend("analytical-ca", build_topology(single_switch(8, 50.0, 500))), settings)
 
 
+@pytest.mark.parametrize("settings", [SETTINGS[0], SETTINGS[1], SETTINGS[6]])
+@pytest.mark.parametrize("size", [64, 4096])
+def test_zero_time_hops_on_a_switch(settings, size):
+    """No latency and messages that serialise in under 1 ns (floored to 0): a link's release, a flow's
+    next arrival and flows started in the same turn all land at one time, so the order of equal
+    times (the kernel's lazy releases and first arrivals handled at start) decides who waits."""
+    w = compile_workload(chains(8, 3, size, CollectiveType.ALL_TO_ALL))
+    check_both(w, lambda: make_backend("analytical-ca", build_topology(single_switch(8, 50.0, 0))), settings)
+    w = compile_workload(chains(8, 3, size))
+    check_both(w, lambda: make_backend("analytical-ca", build_topology(single_switch(8, 50.0, 0))), settings)
+
+
 @pytest.mark.parametrize("rounding,chunk_bytes", [("floor", None), ("ceil", 0), ("ceil", 1 << 14)])
 def test_tp_dp_step_on_multi_node_clusters(rounding, chunk_bytes):
     traces, groups = tp_dp_step(tp=4, dp=4, layers=2, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20)
