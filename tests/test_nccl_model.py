@@ -206,3 +206,43 @@ def test_measured_constants_named_and_applied(a100):
     assert simple_fill_us(a100, Algo.P2P, Proto.SIMPLE, 1 << 30) == 0.0  # one hop: no pipeline to fill
     pair = group_shape(load_cluster("a100-node"), [0, 1])  # 1 stage where the 8-GPU node has 7
     assert simple_fill_us(pair, Algo.RING, Proto.SIMPLE, 1 << 30) == pytest.approx(big / 7)
+
+
+def _with_host(preset: str, host_cpu: str):
+    from xsim_trace.cluster import cluster_from_dict
+
+    d = load_cluster(preset).to_dict()
+    d["groups"][0]["nccl"] = {**d["groups"][0].get("nccl", {}), "host_cpu": host_cpu}
+    return group_shape(cluster_from_dict(d))
+
+
+def test_amd_hosts_pay_nccl_amd_network_costs():
+    """NCCL's tuning reads the host CPU (tuning.cc): across nodes an AMD host caps LL at the AMD row of
+    llMaxBws (22.5 GB/s on 2 nodes, 19.0 beyond, against 39.0 / 20.4 on Intel) and posts each network operation
+    in 2 us instead of 1 us (getNetOverhead), which every step of a multi-node ring pays.  One node: no change."""
+    from xsim_trace.network.nccl.model import algbw_GBps, latency_us, ll_max_bw_GBps
+
+    intel, amd = _with_host("dgx-a100:2", "intel"), _with_host("dgx-a100:2", "amd")
+    assert (ll_max_bw_GBps(intel), ll_max_bw_GBps(amd)) == (39.0, 22.5)
+    assert ll_max_bw_GBps(_with_host("dgx-a100:4", "amd")) == 19.0
+    ar = CollKind.ALL_REDUCE
+    assert algbw_GBps(amd, ar, Algo.RING, Proto.LL, 1 << 20) == pytest.approx(22.5 * 16 / 30)
+    # 30 ring steps of which 2 cross the network: the other 28 pay max(NVLink LL 0.6 us, the host overhead)
+    extra = latency_us(amd, ar, Algo.RING, Proto.LL, 1 << 10) - latency_us(intel, ar, Algo.RING, Proto.LL, 1 << 10)
+    assert extra == pytest.approx(28 * (2.0 - 1.0))
+    one_intel, one_amd = _with_host("dgx-a100:1", "intel"), _with_host("dgx-a100:1", "amd")
+    assert price_collective(one_intel, ar, 1 << 16) == price_collective(one_amd, ar, 1 << 16)
+    assert load_cluster("oci-a100-roce").groups[0].nccl.host_cpu == "amd"
+    assert load_cluster("dgx-h100").groups[0].nccl.host_cpu == "intel"
+
+
+def test_host_cpu_is_validated_and_round_trips():
+    from xsim_trace.cluster import cluster_from_dict
+
+    d = load_cluster("oci-a100-roce:2").to_dict()
+    assert d["groups"][0]["nccl"]["host_cpu"] == "amd"
+    assert cluster_from_dict(d).groups[0].nccl.host_cpu == "amd"
+    d["groups"][0]["nccl"]["host_cpu"] = "sparc"
+    with pytest.raises(ConfigError, match="host_cpu"):
+        cluster_from_dict(d)
+

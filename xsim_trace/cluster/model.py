@@ -68,6 +68,7 @@ class NcclTuning:
     ``xsim calibrate nccl-tests`` fits.  ``None`` = the model's default for the hardware."""
 
     net: str = "ib"  # scale-out kind: ib | roce | ethernet
+    host_cpu: str = "intel"  # host CPU vendor: intel | amd | arm (NCCL's tuning depends on it)
     nvls: bool | None = None  # NVLink SHARP available (default: Hopper or newer on NVSwitch)
     collnet: bool = False  # in-network reduction (SHARP) in the scale-out switches
     intra_bw_GBps: float | None = None  # ring bus bandwidth inside a node (per GPU, per direction)

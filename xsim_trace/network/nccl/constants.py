@@ -7,7 +7,7 @@ are laid out for this model (keyed by our enums), not copied structures.
 
 from __future__ import annotations
 
-from xsim_trace.network.nccl.kinds import Algo, Proto
+from xsim_trace.network.nccl.kinds import Algo, HostCpu, Proto
 
 LL, LL128, SIMPLE = Proto.LL, Proto.LL128, Proto.SIMPLE
 
@@ -55,12 +55,14 @@ HW_LAT_US: dict[str, dict[Algo, dict[Proto, float]]] = {
 }
 
 # Per-architecture caps, indexed by node count class (1 node, 2 nodes, more) (tuning.cc).
-#: LL protocol bus bandwidth ceiling (``llMaxBws``; multi-node rows are the Intel-CPU ones)
-LL_MAX_BW: dict[str, tuple[float, float, float]] = {
-    "volta": (39.0, 39.0, 20.4),
-    "ampere": (87.7, 39.0, 20.4),
-    "hopper": (141.0, 39.0, 20.4),
-    "blackwell": (141.0, 39.0, 20.4),
+#: LL protocol bus bandwidth ceiling (``llMaxBws``).  On one node NCCL indexes it by GPU generation; on several
+#: nodes by the host CPU: the Intel row (Volta's) for Intel and Arm hosts, the AMD row (Ampere's: 22.5 GB/s on
+#: two nodes, "avg of ring & tree", 19.0 beyond) for AMD hosts
+LL_MAX_BW_ONE_NODE: dict[str, float] = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 141.0}
+LL_MAX_BW_MULTI_NODE: dict[HostCpu, tuple[float, float]] = {
+    HostCpu.INTEL: (39.0, 20.4),
+    HostCpu.ARM: (39.0, 20.4),
+    HostCpu.AMD: (22.5, 19.0),
 }
 #: per-channel LL128 ring bus bandwidth ceiling (``perChMaxRingLL128Bws``)
 PER_CH_RING_LL128: dict[str, tuple[float, float, float]] = {
@@ -116,8 +118,8 @@ NVLS_RATIO = 5.0 / 6.0
 PAT_FRACTION = 0.75
 PAT_BASE_US, PAT_LOG_DIVISOR, PAT_PER_RANK_US = 8.0, 3.5, 2.8
 #: host cost of posting a network operation on an inter-node ring step (tuning.cc ``getNetOverhead``: 1 us on
-#: Intel, 2 us on AMD hosts; three times that for Simple); the model assumes Intel-class hosts
-NET_OVERHEAD_US = 1.0
+#: Intel x86, 2 us on AMD x86, 1 us otherwise; three times that for Simple)
+NET_OVERHEAD_US: dict[HostCpu, float] = {HostCpu.INTEL: 1.0, HostCpu.AMD: 2.0, HostCpu.ARM: 1.0}
 NET_OVERHEAD_SIMPLE_FACTOR = 3.0
 TREE_LL_FRACTION = 1.0 / 3.8
 TREE_LL128_FRACTION = (7.0 / 9.0, 120.0 / 128.0)

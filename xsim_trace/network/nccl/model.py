@@ -115,6 +115,13 @@ def _channels_used(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> 
     return max(1, min(full, size_bytes // per_channel))
 
 
+def ll_max_bw_GBps(s: GroupShape) -> float:
+    """NCCL's LL bus bandwidth ceiling: by GPU generation on one node, by host CPU across nodes (tuning.cc)."""
+    if not s.multi_node:
+        return C.LL_MAX_BW_ONE_NODE[s.arch]
+    return C.LL_MAX_BW_MULTI_NODE[s.host_cpu][s.node_class - 1]
+
+
 def _ring_bus(s: GroupShape) -> float:
     intra = s.intra_bw_GBps if s.ranks_per_node > 1 else math.inf
     return min(intra, s.net_bw_GBps) if s.multi_node else intra
@@ -123,7 +130,7 @@ def _ring_bus(s: GroupShape) -> float:
 def _ring_bw(s: GroupShape, kind: CollKind, proto: Proto, nch: int) -> float:
     bus = _ring_bus(s)
     if proto is LL:
-        bus = min(C.LL_MAX_BW[s.arch][s.node_class], bus * C.RING_LL_FRACTION)
+        bus = min(ll_max_bw_GBps(s), bus * C.RING_LL_FRACTION)
     elif proto is LL128:
         bus = min(bus * C.LL128_FRACTION, nch * C.PER_CH_RING_LL128[s.arch][s.node_class])
     return bus * s.n_ranks / _nsteps(kind, s.n_ranks)
@@ -133,7 +140,7 @@ def _tree_bw(s: GroupShape, proto: Proto, nch: int, size_bytes: int) -> float:
     base = s.intra_bw_GBps if s.n_nodes <= 2 else min(s.intra_bw_GBps, s.net_bw_GBps)
     bus = min(base * C.TREE_SIMPLE_FRACTION, nch * C.PER_CH_TREE[s.arch][s.node_class])
     if proto is LL:
-        bus = min(bus * C.TREE_LL_FRACTION, C.LL_MAX_BW[s.arch][s.node_class])
+        bus = min(bus * C.TREE_LL_FRACTION, ll_max_bw_GBps(s))
     elif proto is LL128:
         frac = C.TREE_LL128_FRACTION[0] if s.n_nodes == 1 else C.TREE_LL128_FRACTION[1]
         bus = min(bus * frac, nch * C.PER_CH_TREE_LL128[s.arch][s.node_class])
@@ -213,7 +220,7 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
         else:
             ni = _inter_steps(kind, nodes)
             if s.multi_node:  # every step of an inter-node ring posts network operations
-                overhead = C.NET_OVERHEAD_US * (C.NET_OVERHEAD_SIMPLE_FACTOR if proto is SIMPLE else 1.0)
+                overhead = C.NET_OVERHEAD_US[s.host_cpu] * (C.NET_OVERHEAD_SIMPLE_FACTOR if proto is SIMPLE else 1.0)
                 intra = max(intra, overhead)
             lat += (steps - ni) * intra + ni * inter
             if proto is SIMPLE and kind is AR and s.multi_node and size_bytes / (_full_channels(s, algo) * n) >= 64:
