@@ -246,3 +246,19 @@ def test_host_cpu_is_validated_and_round_trips():
     with pytest.raises(ConfigError, match="host_cpu"):
         cluster_from_dict(d)
 
+
+
+def test_two_node_tree_simple_runs_at_the_nvlink_ring_rate():
+    """On two nodes NCCL's tree sends the message up and down one chain per node: every GPU sends it twice over
+    NVLink, so the Simple tree reaches half the per-GPU NVLink rate the ring reaches (NCCL's per-link figure,
+    capped as the ring is), bounded by the node's NICs; NCCL's own 0.92 tree derate is a selection heuristic
+    that the measured 2-node trees exceed.  LL128 keeps it."""
+    from xsim_trace.network.nccl.model import algbw_GBps
+
+    oci = group_shape(load_cluster("oci-a100-roce:2"))
+    ar = CollKind.ALL_REDUCE
+    assert algbw_GBps(oci, ar, Algo.TREE, Proto.SIMPLE, 8 << 30) == pytest.approx(oci.intra_bw_GBps / 2)
+    a3 = group_shape(load_cluster("gcp-a3-mega:2"))  # 18 x 20.6 / 2 = 185 GB/s, above 8 x 200 Gb/s x 0.9
+    assert algbw_GBps(a3, ar, Algo.TREE, Proto.SIMPLE, 8 << 30) == pytest.approx(a3.net_bw_GBps)
+    ll128 = algbw_GBps(oci, ar, Algo.TREE, Proto.LL128, 8 << 30) / oci.proto_bw_scale[1]
+    assert ll128 == pytest.approx(oci.intra_bw_GBps * 0.92 * 120 / 128 / 2)

@@ -110,7 +110,7 @@ MAX_CHANNELS = 32
 #: LL128 carries 120 of every 128 bytes (0.92); tree LL 1/3.8, tree LL128 7/9 on one node, 120/128 across nodes
 RING_LL_FRACTION = 0.5
 LL128_FRACTION = 0.92
-TREE_SIMPLE_FRACTION = 0.92
+TREE_SIMPLE_FRACTION = 0.92  # NCCL's tree all-reduce derate; the model keeps it for LL / LL128 only
 #: NVLS and NVLS-tree algorithm bandwidth per unit of bus bandwidth (tuning.cc: 5/6)
 NVLS_RATIO = 5.0 / 6.0
 #: PAT (all-gather / reduce-scatter with one GPU per node) reaches 0.75 of the link; its latency is

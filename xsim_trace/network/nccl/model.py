@@ -138,7 +138,11 @@ def _ring_bw(s: GroupShape, kind: CollKind, proto: Proto, nch: int) -> float:
 
 def _tree_bw(s: GroupShape, proto: Proto, nch: int, size_bytes: int) -> float:
     base = s.intra_bw_GBps if s.n_nodes <= 2 else min(s.intra_bw_GBps, s.net_bw_GBps)
-    bus = min(base * C.TREE_SIMPLE_FRACTION, nch * C.PER_CH_TREE[s.arch][s.node_class])
+    # Simple: every GPU of a node's chain sends the message twice (up, then down) over the same NVLink ports a
+    # ring drives, at the ring's rate; NCCL's 0.92 tree derate steers its choice but measured 2-node trees beat it
+    # (docs/network.md, "Accuracy").  LL and LL128 keep it, as NCCL applies it before their own fractions.
+    frac = 1.0 if proto is SIMPLE else C.TREE_SIMPLE_FRACTION
+    bus = min(base * frac, nch * C.PER_CH_TREE[s.arch][s.node_class])
     if proto is LL:
         bus = min(bus * C.TREE_LL_FRACTION, ll_max_bw_GBps(s))
     elif proto is LL128:
