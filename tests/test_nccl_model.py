@@ -262,3 +262,35 @@ def test_two_node_tree_simple_runs_at_the_nvlink_ring_rate():
     assert algbw_GBps(a3, ar, Algo.TREE, Proto.SIMPLE, 8 << 30) == pytest.approx(a3.net_bw_GBps)
     ll128 = algbw_GBps(oci, ar, Algo.TREE, Proto.LL128, 8 << 30) / oci.proto_bw_scale[1]
     assert ll128 == pytest.approx(oci.intra_bw_GBps * 0.92 * 120 / 128 / 2)
+
+
+def test_tree_fill_follows_nccl_chunking():
+    """A tree Simple all-reduce fills its pipeline with (2 x depth - 1) chunks of one channel before it streams;
+    the chunk is NCCL's (enqueue.cc): a 4 MiB buffer step (512 KiB), halved while a channel's share holds fewer
+    than 8 / 4 / 1 x depth chunks (floors 128 / 64 / 32 KiB), never more than the share."""
+    from xsim_trace.network.nccl.model import simple_fill_us, tree_chunk_bytes, tree_depth, tree_pipeline_fill_us
+
+    s = group_shape(load_cluster("oci-a100-roce:2"))  # 12 channels, depth 7 + 1
+    assert tree_depth(s) == 8
+    assert tree_chunk_bytes(s, 1 << 30) == 512 << 10
+    assert tree_chunk_bytes(s, 256 << 20) == 256 << 10  # 256 MiB / 12 channels = 85 chunks of 256 KiB >= 64
+    assert tree_chunk_bytes(s, 64 << 20) == 128 << 10
+    assert tree_chunk_bytes(s, 1 << 12) == -(-(1 << 12) // 12)  # a channel's share
+    fill = tree_pipeline_fill_us(s, 1 << 30)
+    assert fill == pytest.approx(15 * (512 << 10) * 12 / (1000.0 * s.intra_bw_GBps / 2))  # ~0.8 ms
+    assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 30) == fill  # not the ring-measured fill
+    assert simple_fill_us(s, Algo.RING, Proto.SIMPLE, 1 << 30) == pytest.approx(s.simple_fill_us)
+    assert simple_fill_us(s, Algo.TREE, Proto.LL128, 1 << 30) == 0.0
+
+
+def test_calibrated_tree_fill_replaces_the_chunking_one():
+    from xsim_trace.cluster import cluster_from_dict
+    from xsim_trace.network.nccl.model import simple_fill_us
+
+    d = load_cluster("oci-a100-roce:2").to_dict()
+    d["groups"][0]["nccl"].update(tree_fill_us=100.0, tree_fill_bytes=1 << 20)
+    c = cluster_from_dict(d)
+    assert cluster_from_dict(c.to_dict()).groups[0].nccl.tree_fill_us == 100.0
+    s = group_shape(c)
+    assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 30) == pytest.approx(100.0)
+    assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 19) == pytest.approx(50.0)

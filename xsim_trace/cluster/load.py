@@ -30,12 +30,14 @@ _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
 _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
 _NCCL_KEYS = {"net", "host_cpu", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
               "net_latency_us", "algorithms", "protocols", "ll_latency_us", "ll128_latency_us", "ll_bw_scale",
-              "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes"}
+              "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes", "tree_fill_us",
+              "tree_fill_bytes"}
 #: optional NCCL tuning numbers: (key, smallest allowed value: None = any, 0.0 = non-negative, "positive")
 _NCCL_OPTIONAL: tuple[tuple[str, float | str | None], ...] = (
     ("ll_latency_us", None), ("ll128_latency_us", None), ("simple_latency_us", None),
     ("ll_bw_scale", "positive"), ("ll128_bw_scale", "positive"), ("simple_bw_scale", "positive"),
-    ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0))
+    ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0), ("tree_fill_us", 0.0),
+    ("tree_fill_bytes", 0.0))
 _NET_KINDS = ("ib", "roce", "ethernet")
 _HOST_CPUS = ("intel", "amd", "arm")
 #: NCCL's algorithm and protocol names as a cluster file may restrict them (NCCL_ALGO / NCCL_PROTO)

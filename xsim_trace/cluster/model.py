@@ -87,6 +87,10 @@ class NcclTuning:
     #: Simple-protocol pipeline fill: ``simple_fill_us x min(1, size / simple_fill_bytes)`` is added (fitted)
     simple_fill_us: float | None = None
     simple_fill_bytes: float | None = None
+    #: a tree all-reduce's Simple fill, ``tree_fill_us x min(1, size / tree_fill_bytes)``, in place of the one the
+    #: model derives from NCCL's chunking (fitted)
+    tree_fill_us: float | None = None
+    tree_fill_bytes: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

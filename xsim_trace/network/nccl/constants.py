@@ -125,3 +125,11 @@ TREE_LL_FRACTION = 1.0 / 3.8
 TREE_LL128_FRACTION = (7.0 / 9.0, 120.0 / 128.0)
 #: NVLS-tree across more than two nodes halves the inter-node bandwidth (tuning.cc)
 NVLS_TREE_INTER_FRACTION_BEYOND_2_NODES = 0.5
+
+#: NCCL's Simple buffer per channel and peer (``NCCL_BUFFSIZE`` default, 4 MiB) in ``NCCL_STEPS`` (8) steps; a tree
+#: moves one step per chunk (enqueue.cc)
+SIMPLE_BUFFER_BYTES = 4 << 20
+NCCL_STEPS = 8
+#: a tree Simple all-reduce halves its chunk while a channel's share holds fewer than (factor x depth) chunks and
+#: the chunk is above the floor (enqueue.cc), in this order
+TREE_CHUNK_HALVING = ((8, 128 << 10), (4, 64 << 10), (1, 32 << 10))

@@ -48,6 +48,10 @@ class GroupShape:
     #: Simple's pipeline fill: ``simple_fill_us x min(1, size / simple_fill_bytes)`` (0: none)
     simple_fill_us: float = 0.0
     simple_fill_bytes: float = 0.0
+    #: a calibrated tree Simple fill, ``tree_fill_us x min(1, size / tree_fill_bytes)``, in place of
+    #: model.tree_pipeline_fill_us (tree_fill_bytes 0: not calibrated)
+    tree_fill_us: float = 0.0
+    tree_fill_bytes: float = 0.0
     algos: tuple[Algo, ...] | None = None  # the algorithms NCCL may use (NCCL_ALGO); None: every one it supports
     protos: tuple[Proto, ...] | None = None  # the protocols NCCL may use (NCCL_PROTO)
     _hash: int = field(default=0, compare=False, repr=False)
@@ -224,6 +228,8 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         proto_bw_scale=proto_scale,
         simple_fill_us=fill_us,
         simple_fill_bytes=fill_bytes,
+        tree_fill_us=g.nccl.tree_fill_us or 0.0,
+        tree_fill_bytes=g.nccl.tree_fill_bytes or 0.0,
         algos=_allowed(g.nccl.algorithms, Algo),
         protos=_allowed(g.nccl.protocols, Proto),
         net_latency_us=g.nccl.net_latency_us if g.nccl.net_latency_us is not None else t.net_step_latency_us[net],
@@ -255,6 +261,8 @@ def _group_shape(cluster: Cluster, ranks: tuple[int, ...]) -> GroupShape:
         proto_bw_scale=tuple(min(v) for v in zip(*(s.proto_bw_scale for s in shapes))),
         simple_fill_us=max(s.simple_fill_us for s in shapes),
         simple_fill_bytes=max(s.simple_fill_bytes for s in shapes),
+        tree_fill_us=max(s.tree_fill_us for s in shapes),
+        tree_fill_bytes=max(s.tree_fill_bytes for s in shapes),
         net_latency_us=max(s.net_latency_us for s in shapes),
     )
 
