@@ -28,15 +28,18 @@ from xsim_trace.errors import ConfigError
 
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
 _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
-_NCCL_KEYS = {"net", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
+_NCCL_KEYS = {"net", "host_cpu", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
               "net_latency_us", "algorithms", "protocols", "ll_latency_us", "ll128_latency_us", "ll_bw_scale",
-              "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes"}
+              "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes", "tree_fill_us",
+              "tree_fill_bytes"}
 #: optional NCCL tuning numbers: (key, smallest allowed value: None = any, 0.0 = non-negative, "positive")
 _NCCL_OPTIONAL: tuple[tuple[str, float | str | None], ...] = (
     ("ll_latency_us", None), ("ll128_latency_us", None), ("simple_latency_us", None),
     ("ll_bw_scale", "positive"), ("ll128_bw_scale", "positive"), ("simple_bw_scale", "positive"),
-    ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0))
+    ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0), ("tree_fill_us", 0.0),
+    ("tree_fill_bytes", 0.0))
 _NET_KINDS = ("ib", "roce", "ethernet")
+_HOST_CPUS = ("intel", "amd", "arm")
 #: NCCL's algorithm and protocol names as a cluster file may restrict them (NCCL_ALGO / NCCL_PROTO)
 _NCCL_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain", "pat")
 _NCCL_PROTOS = ("LL", "LL128", "Simple")
@@ -216,6 +219,9 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
     net = str(d.get("net", "ib")).strip().lower()
     if net not in _NET_KINDS:
         raise ctx.err(f + ".net", f"expected one of {', '.join(_NET_KINDS)}, found {d.get('net')!r}")
+    host_cpu = str(d.get("host_cpu", "intel")).strip().lower()
+    if host_cpu not in _HOST_CPUS:
+        raise ctx.err(f + ".host_cpu", f"expected one of {', '.join(_HOST_CPUS)}, found {d.get('host_cpu')!r}")
 
     def flag(key: str) -> bool | None:
         v = d.get(key)
@@ -253,6 +259,7 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
     nlat = d.get("net_latency_us")
     return NcclTuning(
         net=net,
+        host_cpu=host_cpu,
         nvls=flag("nvls"),
         collnet=bool(flag("collnet")),
         intra_bw_GBps=bw("intra_bw_GBps"),
@@ -268,6 +275,8 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
 
 def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
     out: dict[str, Any] = {"net": t.net}
+    if t.host_cpu != "intel":
+        out["host_cpu"] = t.host_cpu
     for key in ("nvls", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "net_latency_us"):
         if getattr(t, key) is not None:
             out[key] = getattr(t, key)
