@@ -13,11 +13,14 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from xsim_trace.io.et_wanted import INT_ATTRS
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +85,27 @@ class NodeColumns:
         return int(self.node_id.shape[0])
 
     def int_attr(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        from xsim_trace.io._et_kernel import INT_ATTRS
+        from xsim_trace.io.et_wanted import INT_ATTRS
 
         k = INT_ATTRS.index(name)
         return self.ivals[:, k], self.ihas[:, k].astype(bool)
 
 
-def _kernel():
+#: from this many bytes of rank files on, the numba kernel decodes them (where numba is installed): below,
+#: its numpy twin is cheaper than loading numba (~0.5 s of CPU per process, its import and first kernel)
+NUMBA_DECODE_MIN_BYTES = 24 << 20
+
+
+def _kernel(decoder: str | None, total_bytes: int):
+    """The numba kernel module, or None for the numpy decoder (:mod:`xsim_trace.io._et_numpy`).
+    ``decoder``: "numba", "numpy", or None to decide by size (numba where it is loaded already)."""
+    if decoder == "numpy" or (decoder is None and total_bytes < NUMBA_DECODE_MIN_BYTES and "numba" not in sys.modules):
+        return None
+    if decoder not in (None, "numba"):
+        raise ValueError(f"decoder {decoder!r}: expected 'numba', 'numpy' or None")
     try:
         from xsim_trace.io import _et_kernel
-    except ImportError:  # numba not installed: the typed reader does the work
+    except ImportError:  # numba not installed
         return None
     return _et_kernel
 
@@ -107,20 +121,29 @@ def _read_bytes(path: str) -> bytes | None:
     return data
 
 
-def read_columns(path: str | os.PathLike[str]) -> NodeColumns | None:
+def read_columns(path: str | os.PathLike[str], *, decoder: str | None = None) -> NodeColumns | None:
     """The columns of one ``.et`` file (plain or gzip), or None to read it the typed way."""
-    return read_columns_many([path])
+    return read_columns_many([path], decoder=decoder)
 
 
-def read_columns_many(paths: Sequence[str | os.PathLike[str]]) -> NodeColumns | None:
+def read_columns_many(paths: Sequence[str | os.PathLike[str]], *, decoder: str | None = None) -> NodeColumns | None:
     """The columns of several ``.et`` files as one set, in order (``rank_sizes`` says where each
-    file's nodes are), or None to read them the typed way.  Each file is read twice (once to
-    count its nodes, once to decode them into the shared arrays), so no per-file copy of the
-    columns is kept."""
-    k = _kernel()
-    if k is None:
-        return None
+    file's nodes are), or None to read them the typed way.  ``decoder``: "numba", "numpy" or None
+    (by size: :data:`NUMBA_DECODE_MIN_BYTES`); both give the same columns or both refuse."""
     names = [os.fspath(p) for p in paths]
+    try:
+        total_bytes = sum(os.path.getsize(n) for n in names)
+    except OSError:
+        return None
+    k = _kernel(decoder, total_bytes)
+    if k is None:
+        return _read_numpy(names)
+    return _read_numba(k, names)
+
+
+def _read_numba(k, names: list[str]) -> NodeColumns | None:
+    """The numba kernel's way: each file is read twice (once to count its nodes, once to decode them
+    into the shared arrays), so no per-file copy of the columns is kept."""
     sizes = []
     for name in names:
         data = _read_bytes(name)
@@ -154,12 +177,7 @@ def read_columns_many(paths: Sequence[str | os.PathLike[str]]) -> NodeColumns | 
         if status != k.OK:
             log.debug("%s: fast decoder status %d, reading it the typed way", name, status)
             return None
-        try:
-            tables.append(_names(data, name_off, name_len))
-            for j in range(k.N_STR):
-                strs[j].update(_strings(data, soff[:, j], slen[:, j], base))
-            rings.update(_rings(data, loff, llen, base))
-        except (UnicodeDecodeError, ValueError):
+        if not _strings_of(data, name_off, name_len, soff, slen, loff, llen, base, tables, strs, rings):
             return None
         dep_ptr[sl] = local_ptr[:n] + nd_base
         deps.append(local_deps[:nd].copy())
@@ -171,6 +189,58 @@ def read_columns_many(paths: Sequence[str | os.PathLike[str]]) -> NodeColumns | 
                        dep_ptr=dep_ptr, deps=np.concatenate(deps) if deps else np.zeros(0, np.int64),
                        ivals=ivals, ihas=ihas, pg_name=strs[0], comm_kind=strs[1], ring_order=rings,
                        rank_sizes=tuple(sizes))
+
+
+def _read_numpy(names: list[str]) -> NodeColumns | None:
+    """The numpy decoder's way: each file decoded on its own, the columns concatenated."""
+    from xsim_trace.io import _et_numpy
+
+    files, tables, strs, rings = [], [], [{}, {}], {}
+    base = 0
+    for name in names:
+        data = _read_bytes(name)
+        got = _et_numpy.decode(data) if data is not None else None
+        if not isinstance(got, _et_numpy.FileColumns):
+            log.debug("%s: numpy decoder status %s, reading it the typed way", name, got)
+            return None
+        if not _strings_of(data, got.name_off, got.name_len, got.soff, got.slen, got.loff, got.llen, base, tables,
+                           strs, rings):
+            return None
+        files.append(got)
+        base += got.node_id.shape[0]
+    sizes = tuple(f.node_id.shape[0] for f in files)
+    dep_ptr = np.zeros(base + 1, np.int64)
+    ptr_base = at = 0
+    for f, n in zip(files, sizes):
+        dep_ptr[at:at + n] = f.dep_ptr[:n] + ptr_base
+        at += n
+        ptr_base += f.deps.shape[0]
+    dep_ptr[base] = ptr_base
+
+    def cat(field: str, empty: np.ndarray) -> np.ndarray:
+        parts = [getattr(f, field) for f in files]
+        return np.concatenate(parts) if parts else empty
+
+    z, z2, u2 = np.zeros(0, np.int64), np.zeros((0, len(INT_ATTRS)), np.int64), np.zeros((0, len(INT_ATTRS)), np.uint8)
+    return NodeColumns(source=names[0] if len(names) == 1 else None, node_id=cat("node_id", z),
+                       node_type=cat("node_type", z), duration_micros=cat("duration_micros", z),
+                       names=NameTable.concat(tables) if len(tables) != 1 else tables[0], dep_ptr=dep_ptr,
+                       deps=cat("deps", z), ivals=cat("ivals", z2), ihas=cat("ihas", u2), pg_name=strs[0],
+                       comm_kind=strs[1], ring_order=rings, rank_sizes=sizes)
+
+
+def _strings_of(data: bytes, name_off, name_len, soff, slen, loff, llen, base: int, tables: list, strs: list,
+                rings: dict) -> bool:
+    """Add one file's names, string attributes and ring orders to the set's; False where one is not
+    valid UTF-8 or a ring order does not parse (the typed reader words the error)."""
+    try:
+        tables.append(_names(data, name_off, name_len))
+        for j in range(len(strs)):
+            strs[j].update(_strings(data, soff[:, j], slen[:, j], base))
+        rings.update(_rings(data, loff, llen, base))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return True
 
 
 def _names(data: bytes, off: np.ndarray, ln: np.ndarray) -> NameTable:

@@ -40,8 +40,9 @@ from xsim_trace.replay.compile import (
 
 log = logging.getLogger(__name__)
 
-#: below this many bytes of rank files the typed reader is faster than loading the numba decoder
-COLUMNAR_MIN_BYTES = 4 << 20
+#: below this many bytes of rank files the typed reader is faster than the columnar decoders (a few nodes);
+#: above, the numpy decoder (numba's above :data:`xsim_trace.io.et_columns.NUMBA_DECODE_MIN_BYTES`)
+COLUMNAR_MIN_BYTES = 32 << 10
 
 _SEND, _RECV, _COLL = int(NodeType.COMM_SEND), int(NodeType.COMM_RECV), int(NodeType.COMM_COLL)
 # resource key classes, per rank: CPU thread (none / negative stream / tid), device stream, comm, compute
