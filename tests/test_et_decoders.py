@@ -128,3 +128,56 @@ def test_a_small_replay_loads_no_numba(tmp_path, generated):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split()[-3:] == ["0", "False", "True"]
+
+
+def _metadata_both(path):
+    from xsim_trace.io import et
+    from xsim_trace.io.metadata import read_metadata
+
+    def run(f):
+        try:
+            return f(path)
+        except Exception as exc:  # noqa: BLE001 - both readers must fail alike
+            return (type(exc), str(exc))
+
+    return run(read_metadata), run(et.read_metadata)
+
+
+def test_metadata_reads_like_protobuf(generated, tmp_path):
+    files = [*rank_files(generated), *rank_files(ROOT / "traces" / "dlrm_v100_8rank" / "dlrm"),
+             *(str(p) for p in SHARED.glob("*/*.et"))]
+    prefix = write_set(tmp_path, {r: odd_rank(r) for r in (0, 1)}, {"7": [0, 1]})
+    files.append(f"{prefix}.0.et")
+    for path in files:
+        fast, typed = _metadata_both(path)
+        assert fast == typed, path
+
+
+@settings(max_examples=int(os.environ.get("XSIM_DECODER_EXAMPLES", "150")), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), kind=st.sampled_from(["odd", "real"]))
+def test_hostile_metadata_reads_like_protobuf(tmp_path, data, kind):
+    from xsim_trace.graph.kinds import AttrKind, NodeType
+    from xsim_trace.graph.model import Attr, GlobalMetadata, Node, Trace
+    from xsim_trace.io import write_et
+
+    seed = _seed(kind)
+    if data.draw(st.booleans()):  # a metadata record of random scalar attributes, then damage
+        kinds = [AttrKind.INT64, AttrKind.INT32, AttrKind.UINT64, AttrKind.BOOL, AttrKind.STRING, AttrKind.DOUBLE,
+                 AttrKind.NONE, AttrKind.SINT64, AttrKind.INT64_LIST]
+        values = {AttrKind.INT64: st.integers(-(2**63), 2**63 - 1), AttrKind.INT32: st.integers(-(2**31), 2**31 - 1),
+                  AttrKind.UINT64: st.integers(0, 2**64 - 1), AttrKind.BOOL: st.booleans(), AttrKind.STRING: st.text(max_size=5),
+                  AttrKind.DOUBLE: st.floats(allow_nan=False), AttrKind.NONE: st.none(), AttrKind.SINT64: st.integers(-5, 5),
+                  AttrKind.INT64_LIST: st.lists(st.integers(0, 9), max_size=3).map(tuple)}
+        attrs = []
+        for _ in range(data.draw(st.integers(0, 4))):
+            k = data.draw(st.sampled_from(kinds))
+            attrs.append(Attr(data.draw(st.text(max_size=4)), k, data.draw(values[k]), data.draw(st.sampled_from(["", "d"]))))
+        path = tmp_path / "m.0.et"
+        one = Node(id=1, name="x", type=NodeType.COMP, duration_micros=1)
+        write_et(path, Trace(GlobalMetadata(version=data.draw(st.sampled_from(["", "0.0.4"])), attrs=tuple(attrs)), (one,)))
+        seed = path.read_bytes()
+    path = tmp_path / "h.0.et"
+    path.write_bytes(data.draw(hostile_file("et", seed)) if data.draw(st.booleans()) else seed)
+    fast, typed = _metadata_both(path)
+    assert fast == typed
