@@ -191,42 +191,57 @@ def _read_numba(k, names: list[str]) -> NodeColumns | None:
                        rank_sizes=tuple(sizes))
 
 
+#: the numpy decoder walks files together in batches of about this many bytes: one walk for many small
+#: files (a 1,024-rank set of one node each), but arrays small enough to stay in cache for big ones
+NUMPY_BATCH_BYTES = 1 << 20
+
+
 def _read_numpy(names: list[str]) -> NodeColumns | None:
-    """The numpy decoder's way: each file decoded on its own, the columns concatenated."""
+    """The numpy decoder's way: files read and decoded in batches (:func:`_et_numpy.decode_many`),
+    the batches' columns concatenated."""
     from xsim_trace.io import _et_numpy
 
-    files, tables, strs, rings = [], [], [{}, {}], {}
+    parts, tables, strs, rings, sizes = [], [], [{}, {}], {}, []
+    batch: list[bytes] = []
     base = 0
-    for name in names:
+    for i, name in enumerate(names):
         data = _read_bytes(name)
-        got = _et_numpy.decode(data) if data is not None else None
-        if not isinstance(got, _et_numpy.FileColumns):
-            log.debug("%s: numpy decoder status %s, reading it the typed way", name, got)
+        if data is None:
             return None
-        if not _strings_of(data, got.name_off, got.name_len, got.soff, got.slen, got.loff, got.llen, base, tables,
-                           strs, rings):
+        batch.append(data)
+        if i + 1 < len(names) and sum(map(len, batch)) < NUMPY_BATCH_BYTES:
+            continue
+        got = _et_numpy.decode_many(batch)
+        batch = []
+        if not isinstance(got, tuple):
+            log.debug("numpy decoder status %s, reading the set the typed way", got)
             return None
-        files.append(got)
-        base += got.node_id.shape[0]
-    sizes = tuple(f.node_id.shape[0] for f in files)
+        c, batch_sizes, joined = got
+        if not _strings_of(joined, c.name_off, c.name_len, c.soff, c.slen, c.loff, c.llen, base, tables, strs, rings):
+            return None
+        parts.append(c)
+        sizes.extend(batch_sizes)
+        base += c.node_id.shape[0]
+    if not parts:
+        return None
     dep_ptr = np.zeros(base + 1, np.int64)
-    ptr_base = at = 0
-    for f, n in zip(files, sizes):
-        dep_ptr[at:at + n] = f.dep_ptr[:n] + ptr_base
+    at = deps_at = 0
+    for c in parts:
+        n = c.node_id.shape[0]
+        dep_ptr[at:at + n] = c.dep_ptr[:n] + deps_at
         at += n
-        ptr_base += f.deps.shape[0]
-    dep_ptr[base] = ptr_base
+        deps_at += c.deps.shape[0]
+    dep_ptr[base] = deps_at
 
-    def cat(field: str, empty: np.ndarray) -> np.ndarray:
-        parts = [getattr(f, field) for f in files]
-        return np.concatenate(parts) if parts else empty
+    def cat(field: str) -> np.ndarray:
+        cols = [getattr(c, field) for c in parts]
+        return cols[0] if len(cols) == 1 else np.concatenate(cols)
 
-    z, z2, u2 = np.zeros(0, np.int64), np.zeros((0, len(INT_ATTRS)), np.int64), np.zeros((0, len(INT_ATTRS)), np.uint8)
-    return NodeColumns(source=names[0] if len(names) == 1 else None, node_id=cat("node_id", z),
-                       node_type=cat("node_type", z), duration_micros=cat("duration_micros", z),
+    return NodeColumns(source=names[0] if len(names) == 1 else None, node_id=cat("node_id"), node_type=cat("node_type"),
+                       duration_micros=cat("duration_micros"),
                        names=NameTable.concat(tables) if len(tables) != 1 else tables[0], dep_ptr=dep_ptr,
-                       deps=cat("deps", z), ivals=cat("ivals", z2), ihas=cat("ihas", u2), pg_name=strs[0],
-                       comm_kind=strs[1], ring_order=rings, rank_sizes=sizes)
+                       deps=cat("deps"), ivals=cat("ivals"), ihas=cat("ihas"), pg_name=strs[0], comm_kind=strs[1],
+                       ring_order=rings, rank_sizes=tuple(sizes))
 
 
 def _strings_of(data: bytes, name_off, name_len, soff, slen, loff, llen, base: int, tables: list, strs: list,
