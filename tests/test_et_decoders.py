@@ -120,14 +120,16 @@ def test_hostile_bytes_decode_the_same_or_both_refuse(tmp_path, data, kind):
 
 
 def test_a_small_replay_loads_no_numba(tmp_path, generated):
-    """``xsim replay`` of a small set decodes with numpy and runs the Python loop: numba never loads."""
+    """``xsim replay`` of a small set decodes with numpy and runs the Python loop: numba never loads, nor
+    protobuf (the metadata is read by hand) nor numpy.ma (np.unique would import it)."""
     code = ("import sys; from xsim_trace.cli.main import main; "
             f"rc = main(['-q', 'replay', {str(generated)!r}, '--cluster', 'dgx-h100:1', '--no-plot', "
             f"'--no-timeline', '--out', {str(tmp_path / 'out')!r}]); "
-            "print(rc, 'numba' in sys.modules, 'xsim_trace.io._et_numpy' in sys.modules)")
+            "print(rc, 'numba' in sys.modules, 'xsim_trace.io._et_numpy' in sys.modules, "
+            "'google.protobuf' in sys.modules, 'numpy.ma' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split()[-3:] == ["0", "False", "True"]
+    assert out.stdout.split()[-5:] == ["0", "False", "True", "False", "False"]
 
 
 def _metadata_both(path):
@@ -181,3 +183,18 @@ def test_hostile_metadata_reads_like_protobuf(tmp_path, data, kind):
     path.write_bytes(data.draw(hostile_file("et", seed)) if data.draw(st.booleans()) else seed)
     fast, typed = _metadata_both(path)
     assert fast == typed
+
+
+def test_distinct_helpers_equal_np_unique():
+    from xsim_trace.replay.distinct import all_distinct, distinct_rows, sorted_distinct
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 5, 100, 1000):
+        a = rng.integers(-5, 20, n)
+        assert np.array_equal(sorted_distinct(a), np.unique(a)) and sorted_distinct(a).dtype == np.unique(a).dtype
+        assert all_distinct(a) == (len(np.unique(a)) == len(a))
+        assert all_distinct(np.arange(n)[::-1])
+        rows = rng.integers(-3, 4, (n, 3))
+        got, inv = distinct_rows(rows)
+        want, want_inv = np.unique(rows, axis=0, return_inverse=True)
+        assert np.array_equal(got, want) and np.array_equal(inv, want_inv.reshape(-1))
