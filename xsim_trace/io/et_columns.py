@@ -203,16 +203,17 @@ def _read_numpy(names: list[str]) -> NodeColumns | None:
 
     parts, tables, strs, rings, sizes = [], [], [{}, {}], {}, []
     batch: list[bytes] = []
-    base = 0
+    base = batch_bytes = 0
     for i, name in enumerate(names):
         data = _read_bytes(name)
         if data is None:
             return None
         batch.append(data)
-        if i + 1 < len(names) and sum(map(len, batch)) < NUMPY_BATCH_BYTES:
+        batch_bytes += len(data)
+        if i + 1 < len(names) and batch_bytes < NUMPY_BATCH_BYTES:
             continue
         got = _et_numpy.decode_many(batch)
-        batch = []
+        batch, batch_bytes = [], 0
         if not isinstance(got, tuple):
             log.debug("numpy decoder status %s, reading the set the typed way", got)
             return None
