@@ -26,6 +26,7 @@ from xsim_trace.cluster.model import (
 )
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import gbps_to_GBps
 
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
 _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
@@ -52,8 +53,8 @@ _LINK_KEYS = {"groups", "bw_gbps", "latency_ns"}
 MAX_DEVICES = 1 << 16
 #: devices per node, NICs per leaf switch, spine switches, mesh lanes
 MAX_SMALL_COUNT = 1 << 16
-#: bandwidths in Gb/s (a GB/s figure is checked as 8x) from 0.1 Gb/s to 10 Pb/s
-MIN_BW_GBPS, MAX_BW_GBPS = 0.1, 1e7
+#: bandwidths from 0.1 Gb/s to 10 Pb/s (a GB/s field: the same range, in bytes)
+MIN_BW_gbps, MAX_BW_gbps = 0.1, 1e7
 #: a latency of at most 1000 s
 MAX_LATENCY_NS = 1e12
 #: oversubscription ratio
@@ -97,9 +98,9 @@ class _Ctx:
         return x
 
     def bandwidth(self, v: Any, field: str, *, per_byte: bool = False) -> float:
-        """A bandwidth in Gb/s (``per_byte``: GB/s) within MIN_BW_GBPS .. MAX_BW_GBPS."""
-        scale = 8.0 if per_byte else 1.0
-        return self.number(v, field, positive=True, minimum=MIN_BW_GBPS / scale, maximum=MAX_BW_GBPS / scale)
+        """A bandwidth in Gb/s (``per_byte``: GB/s) within MIN_BW_gbps .. MAX_BW_gbps."""
+        lo, hi = (gbps_to_GBps(MIN_BW_gbps), gbps_to_GBps(MAX_BW_gbps)) if per_byte else (MIN_BW_gbps, MAX_BW_gbps)
+        return self.number(v, field, positive=True, minimum=lo, maximum=hi)
 
     def latency(self, v: Any, field: str) -> float:
         return self.number(v, field, maximum=MAX_LATENCY_NS)

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import GBps_to_bytes_per_s
 
 
 class Precision(enum.Enum):
@@ -92,7 +93,7 @@ class DeviceSpec:
 
     @property
     def hbm_bytes_per_s(self) -> float:
-        return self.hbm_bw_GBps * 1e9
+        return GBps_to_bytes_per_s(self.hbm_bw_GBps)
 
     @property
     def hbm_bytes(self) -> int:

@@ -42,12 +42,13 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xsim_trace.cluster.load import MAX_BW_GBPS, MAX_LATENCY_NS, MIN_BW_GBPS
+from xsim_trace.cluster.load import MAX_BW_gbps, MAX_LATENCY_NS, MIN_BW_gbps
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.graph.bounds import MAX_DURATION_NS, MAX_SIZE_BYTES
 from xsim_trace.network.protocol import Flow
 from xsim_trace.sweep.backends import close_backend, make_named_backend, star_topology
 from xsim_trace.sweep.micro import MAX_MICRO_RANKS, TimedFlow, micro_flows, run_flows
+from xsim_trace.units import gbps_to_GBps
 
 Runner = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -107,7 +108,7 @@ def _latency(p: _Params) -> int:
 
 
 def _bandwidth(p: _Params) -> float:
-    return p.num("bw_GBps", 25.0, minimum=MIN_BW_GBPS / 8, maximum=MAX_BW_GBPS / 8)
+    return p.num("bw_GBps", 25.0, minimum=gbps_to_GBps(MIN_BW_gbps), maximum=gbps_to_GBps(MAX_BW_gbps))
 
 
 _NETWORK_PARAMS = ("case", "ranks", "size_bytes", "bw_GBps", "latency_ns", "backend")
