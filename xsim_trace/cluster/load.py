@@ -24,7 +24,9 @@ from xsim_trace.cluster.model import (
     NcclTuning,
     Nic,
 )
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import gbps_to_GBps
 
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
 _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
@@ -54,8 +56,8 @@ _LINK_KEYS = {"groups", "bw_gbps", "latency_ns"}
 MAX_DEVICES = 1 << 16
 #: devices per node, NICs per leaf switch, spine switches, mesh lanes
 MAX_SMALL_COUNT = 1 << 16
-#: bandwidths in Gb/s (a GB/s figure is checked as 8x) from 0.1 Gb/s to 10 Pb/s
-MIN_BW_GBPS, MAX_BW_GBPS = 0.1, 1e7
+#: bandwidths from 0.1 Gb/s to 10 Pb/s (a GB/s field: the same range, in bytes)
+MIN_BW_gbps, MAX_BW_gbps = 0.1, 1e7
 #: a latency of at most 1000 s
 MAX_LATENCY_NS = 1e12
 #: oversubscription ratio
@@ -99,9 +101,9 @@ class _Ctx:
         return x
 
     def bandwidth(self, v: Any, field: str, *, per_byte: bool = False) -> float:
-        """A bandwidth in Gb/s (``per_byte``: GB/s) within MIN_BW_GBPS .. MAX_BW_GBPS."""
-        scale = 8.0 if per_byte else 1.0
-        return self.number(v, field, positive=True, minimum=MIN_BW_GBPS / scale, maximum=MAX_BW_GBPS / scale)
+        """A bandwidth in Gb/s (``per_byte``: GB/s) within MIN_BW_gbps .. MAX_BW_gbps."""
+        lo, hi = (gbps_to_GBps(MIN_BW_gbps), gbps_to_GBps(MAX_BW_gbps)) if per_byte else (MIN_BW_gbps, MAX_BW_gbps)
+        return self.number(v, field, positive=True, minimum=lo, maximum=hi)
 
     def latency(self, v: Any, field: str) -> float:
         return self.number(v, field, maximum=MAX_LATENCY_NS)
@@ -297,15 +299,20 @@ def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
 GENERIC_GPU = "generic"
 
 
-def _check_gpu(ctx: _Ctx, gpu: str, field: str) -> None:
-    """The GPU type must be one the device catalog knows (compute scaling and memory need its specs),
-    or ``generic``: a network-only cluster whose traces replay with their own compute times."""
+def _resolve_gpu(ctx: _Ctx, gpu: Any, field: str) -> tuple[str, DeviceSpec | None]:
+    """(GPU type name, its DeviceSpec) in the run's catalog: the specs travel with the group, so
+    compute scaling, memory and the NCCL model never look the name up again.  ``generic`` (a
+    network-only cluster whose traces replay with their own compute times) has no spec.  In code,
+    a group's ``gpu`` may be a resolved DeviceSpec already (e.g. a plan's device)."""
+    if isinstance(gpu, DeviceSpec):
+        return gpu.name, gpu
+    name = ctx.string(gpu, field)
+    if name.strip().lower() == GENERIC_GPU:
+        return name, None
     from xsim_trace.devices import get_device
 
-    if gpu.strip().lower() == GENERIC_GPU:
-        return
     try:
-        get_device(gpu, ctx.catalog)
+        return name, get_device(name, ctx.catalog)
     except ConfigError as exc:
         raise ctx.err(field, f"unknown GPU type: {exc.message}") from None
 
@@ -315,8 +322,7 @@ def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
     name = ctx.string(d.get("name"), f + ".name")
     gpu_raw = d.get("gpu", d.get("gpu_type"))
     gpu_field = f + (".gpu" if "gpu" in d or "gpu_type" not in d else ".gpu_type")
-    gpu = ctx.string(gpu_raw, gpu_field)
-    _check_gpu(ctx, gpu, gpu_field)
+    gpu, spec = _resolve_gpu(ctx, gpu_raw, gpu_field)
     if "devices_per_node" not in d:
         raise ctx.err(f + ".devices_per_node", "expected a positive integer, found nothing")
     dpn = ctx.integer(d["devices_per_node"], f + ".devices_per_node")
@@ -350,7 +356,7 @@ def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
     if nic is None and count // dpn > 1:
         raise ctx.err(f + ".nic", f"expected NICs (count, nic_gbps) for a group of {count // dpn} nodes, found nothing")
     nccl = _nccl(ctx, d["nccl"], f + ".nccl") if d.get("nccl") is not None else NcclTuning()
-    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric, nccl)
+    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric, nccl, spec)
 
 
 def _parse_pos(ctx: _Ctx, e: Any, f: str, names: list[str]) -> DevicePos:

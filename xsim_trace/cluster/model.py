@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
 from xsim_trace.units import gbps_to_GBps
 
@@ -103,6 +104,9 @@ class DeviceGroup:
     nic: Nic | None
     fabric: Fabric
     nccl: NcclTuning = NcclTuning()
+    #: ``gpu_type`` resolved once, by the loader, in the run's device catalog (built-in + ``--device-file``);
+    #: None for a network-only (``generic``) group.  Everything downstream reads this, never the name.
+    device_spec: DeviceSpec | None = None
 
     @property
     def num_nodes(self) -> int:

@@ -102,8 +102,8 @@ RING_PLATEAU_LAT_FACTOR = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwel
 THREAD_THRESHOLD_BYTES = {LL: 8, LL128: 8, SIMPLE: 64}
 THREADS_PER_CHANNEL = 512
 
-#: NCCL's per-channel target bandwidth used to report a channel count (NVLink per-link bandwidth)
-PER_CHANNEL_GBPS = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
+#: NCCL's per-channel target bandwidth used to report a channel count (NVLink per-link bandwidth), GB/s
+PER_CHANNEL_GBps = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
 MAX_CHANNELS = 32
 
 #: protocol efficiencies (tuning.cc, 2.2x): LL moves 8-byte lines of which 4 bytes are data (0.5 on rings);

@@ -101,7 +101,7 @@ def _all_candidates(s: GroupShape, kind: CollKind) -> list[tuple[Algo, Proto]]:
 def _full_channels(s: GroupShape, algo: Algo) -> int:
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
         return 16 if s.arch == "hopper" else 24
-    per_ch = C.PER_CHANNEL_GBPS.get(s.arch, 20.0)
+    per_ch = C.PER_CHANNEL_GBps.get(s.arch, 20.0)
     bw = s.intra_bw_GBps if s.ranks_per_node > 1 else s.net_bw_GBps
     return max(2, min(C.MAX_CHANNELS, round(bw / per_ch)))
 

@@ -95,14 +95,10 @@ def _replace(s: GroupShape, **changes: object) -> GroupShape:
 
 
 def _arch_of(g: DeviceGroup) -> str | None:
-    from xsim_trace.devices import get_device
-
-    if g.gpu_type.strip().lower() == "generic":
+    """The group's GPU architecture from its resolved spec (None: generic, or one the link table lacks)."""
+    if g.device_spec is None:
         return None
-    try:
-        arch = get_device(g.gpu_type).arch.lower()
-    except ConfigError:
-        return None
+    arch = g.device_spec.arch.lower()
     return arch if arch in _ARCH_LINK else None
 
 
