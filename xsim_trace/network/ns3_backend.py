@@ -2,7 +2,7 @@
 
 Every vertex of the topology (GPU, NIC, switch, ...) becomes an NS-3 node; every pair of
 directed links between two vertices becomes one point-to-point channel whose two devices
-send at the two links' rates (``bw_GBps`` * 8e9 bit/s) with the link's ``latency_ns`` as
+send at the two links' rates (``bw_GBps`` in bit/s, ``units.GBps_to_bits_per_s``) with the link's ``latency_ns`` as
 propagation delay.  A flow is a TCP bulk transfer of ``size_bytes`` along
 ``topology.route(src, dst)`` (host routes installed hop by hop; ACKs follow ``route(dst, src)``);
 it finishes when its last byte reaches the sink.
@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from xsim_trace.errors import BackendError
 from xsim_trace.network.protocol import BackendCapabilities, Flow
+from xsim_trace.units import GBps_to_bits_per_s
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def topology_spec(topology: Any) -> _TopologySpec:
         u, v = index.setdefault(a, len(index)), index.setdefault(b, len(index))
         if u == v:
             continue
-        bps = round(bw * 8e9)
+        bps = round(GBps_to_bits_per_s(bw))
         key = (min(u, v), max(u, v))
         if key not in pairs:  # one direction seen: the other defaults to the same rate until seen
             pairs[key] = [key[0], key[1], bps, bps, lat, 0]

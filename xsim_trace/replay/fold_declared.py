@@ -22,8 +22,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.io._et_kernel import INT_ATTRS
 from xsim_trace.io.et_columns import NodeColumns
+from xsim_trace.io.et_wanted import INT_ATTRS
 from xsim_trace.replay.compile import ALL_RANKS_PG, CompiledWorkload
 
 
