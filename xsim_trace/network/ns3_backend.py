@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 from xsim_trace.errors import BackendError
@@ -397,9 +397,10 @@ class Ns3Backend:
     """
 
     name: ClassVar[str] = "ns3"
-    #: ``next_completion_ns(horizon_ns=h)`` is understood (see there); a worker process to close
-    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True,
-                                                                      needs_close=True)
+    #: ``next_completion_ns(horizon_ns=h)`` is understood (see there); a worker process to close; an
+    #: instance whose connections are all warm (``Ns3Config.warm_connections``) also declares
+    #: ``lone_flow_timing`` (:meth:`lone_flow_ns`)
+    capabilities: BackendCapabilities = BackendCapabilities(horizon_hint=True, endpoint_sharing=True, needs_close=True)
 
     def __init__(self, topology: Any, config: Ns3Config | None = None) -> None:
         reason = ns3_unusable_reason()
@@ -427,6 +428,7 @@ class Ns3Backend:
         warm = self._warm_pairs()
         if warm is not None:
             session["warm"] = warm
+            self.capabilities = replace(type(self).capabilities, lone_flow_timing=True)
         try:
             hello = self._worker.request(session, self.config.timeout_s)
         except BackendError:
@@ -483,6 +485,31 @@ class Ns3Backend:
         segment = self.config.mtu_bytes - 52
         return max(10, math.ceil(2 * bottleneck_Bpns * rtt_ns / segment))
 
+    def lone_flow_ns(self, src: int, dst: int, size_bytes: int) -> float:
+        """A flow alone on a warm connection (its window is no limit): its packets stored and forwarded
+        hop by hop (each segment plus 52 bytes of TCP/IP header), the last one landing at the
+        latest of, over the hops, the first packet up to the hop, every packet through it and the last
+        packet after it; plus the path latency and the 1 ns a flow enters late (the clock quirk)."""
+        if size_bytes <= 0 or src == dst:
+            return 0.0
+        fwd, _ = self._paths(src, dst)
+        if len(fwd) < 2:
+            return 0.0
+        hops = [self._hops[(a, b)] for a, b in zip(fwd[:-1], fwd[1:])]
+        segment, header = self.config.mtu_bytes - 52, 52  # a full packet is the MTU on the wire (measured)
+        n = -(-size_bytes // segment)
+        first = min(size_bytes, segment) + header
+        last = size_bytes - (n - 1) * segment + header
+        wire = size_bytes + n * header
+        ns_per_byte = [8e9 / bps for bps, _ in hops]
+        before = after = 0.0
+        worst = 0.0
+        for k in range(len(hops)):
+            after = sum(last * x for x in ns_per_byte[k + 1:])
+            worst = max(worst, before + wire * ns_per_byte[k] + after)
+            before += first * ns_per_byte[k]
+        return worst + sum(lat for _, lat in hops) + 1
+
     def _window(self, src: int, dst: int, fwd: list[int]) -> int:
         w = self._windows.get((src, dst))
         if w is None:
@@ -490,8 +517,9 @@ class Ns3Backend:
         return w
 
     def _warm_pairs(self) -> dict[str, Any] | None:
-        """The session's warm-up: every ordered pair of ranks with its paths and window, and how long
-        before time 0 their handshakes run (four of the longest round trips, at least 100 us)."""
+        """The session's warm-up: every ordered pair of ranks with its paths and window, and the step the
+        worker runs it in (four of the longest round trips, at least 20 us) until every connection is open
+        and has carried two segments, then once more for their ACKs."""
         hosts = [v for v in self.spec.vertex_index if type(v) is int and self.spec.vertex_index[v] in self.spec.hosts]
         n = len(hosts)
         if not (self.config.warm_connections and self.config.connections == "persistent") or n < 2:
@@ -510,7 +538,7 @@ class Ns3Backend:
                     continue
                 pairs.append([fwd, rev, self._window(a, b, fwd)])
                 longest_ns = max(longest_ns, sum(self._hops[(x, y)][1] for x, y in zip(fwd[:-1], fwd[1:])))
-        return {"pairs": pairs, "ns": max(100_000, math.ceil(8 * longest_ns))}
+        return {"pairs": pairs, "ns": max(20_000, math.ceil(8 * longest_ns))}
 
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         if now_ns < self._now_ns:

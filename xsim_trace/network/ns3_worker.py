@@ -116,6 +116,15 @@ struct Tracker {
     pairs[id].sock = s;
     return id;
   }
+  // Warm-up bytes that no flow waits for: they make the receiver ACK with its scaled window.
+  static void Prime(uint32_t id, uint64_t n) {
+    pairs[id].queued += n;
+    Pump(id);
+  }
+  static bool AllReceived() {
+    for (const Pair& p : pairs) if (p.received < p.queued) return false;
+    return true;
+  }
   static void AddToPair(uint32_t id, uint32_t idx) {
     Pair& p = pairs[id];
     p.queued += target[idx];
@@ -176,6 +185,7 @@ class _Session:
         self.T = tracker
         mtu = int(config.get("mtu_bytes", 9000))
         buf = int(config.get("tcp_buffer_bytes", 1 << 25))
+        self.segment = mtu - 52
         ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(mtu - 52))
         ns.Config.SetDefault("ns3::TcpSocket::SndBufSize", ns.UintegerValue(buf))
         ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(buf))
@@ -273,9 +283,16 @@ class _Session:
                 if (a, b) not in self.hop:
                     raise ValueError(f"warm connection: no link between vertices {a} and {b}")
             if (path[0], path[-1]) not in self.pair_of:
-                self._open_pair(path, rpath, int(cwnd))
-        if warm_ns > 0:
-            self.T.RunFor(int(warm_ns))
+                pid = self._open_pair(path, rpath, int(cwnd))
+                # two segments (an ACK at once, DelAckCount 2): until the receiver ACKs data, the sender
+                # knows only the SYN-ACK's unscaled window, 64 KiB, and a first flow above it waits a round trip
+                self.T.Prime(pid, 2 * self.segment)
+        step = max(int(warm_ns), 1)
+        for _ in range(10_000):  # until every warm-up byte is in (at most 10,000 steps)
+            self.T.RunFor(step)
+            if self.T.AllReceived():
+                break
+        self.T.RunFor(step)  # and the last ACKs are back
         self.t0 = int(self.T.NowNs())
 
     # -- ops -------------------------------------------------------------------------------
