@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from xsim_trace.errors import XsimError
+from xsim_trace.validate.hetero_mfu import is_mfu_row, mfu_row_error
 from xsim_trace.validate.hetero_predict import FITTED, HeteroCalibration, StageTiming, predict
 from xsim_trace.validate.hetero_rows import HeteroRow, RawRow, RowError, parse_row
 
@@ -83,6 +84,8 @@ class Summary:
 def predict_row(raw: RawRow, cal: HeteroCalibration, row: HeteroRow | None = None) -> RowResult:
     base = dict(row_id=raw.row_id, heterogeneous=raw.heterogeneous, suspect=raw.suspect, failed=raw.failed)
     try:
+        if row is None and is_mfu_row(raw):  # what the MFU row's source fixes, and the column it leaves open
+            raise mfu_row_error(raw)
         row = row if row is not None else parse_row(raw)
         p = predict(row, cal)
     except RowError as exc:
