@@ -85,7 +85,11 @@ class Ns3Config:
 
     mtu_bytes: int = 9000
     tcp_buffer_bytes: int = 1 << 25
-    queue_packets: int = 1000
+    #: every switch port's drop-tail FIFO.  Deep by default: the fabrics NCCL runs on drop nothing (IB
+    #: credits, RoCE PFC, NVLink); at 1,000 a 16 MiB all-to-all on dgx-a100:2 lost packets at the receivers'
+    #: ports and waited NS-3's 1 s minimum retransmission timeout (1.2 s instead of 0.38 ms).  Set it low
+    #: to study lossy TCP (incast collapse)
+    queue_packets: int = 100_000
     #: the egress queue of a rank's own ports (the sender's NIC / GPU port): a host does not drop its
     #: own packets (Linux's qdisc pushes back on the socket instead).  At ``queue_packets`` a warm
     #: connection's whole window, sent at once after an idle gap, overflowed it and waited for NS-3's

@@ -190,7 +190,7 @@ class _Session:
         ns.Config.SetDefault("ns3::TcpSocket::SndBufSize", ns.UintegerValue(buf))
         ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(buf))
         ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(int(config.get("del_ack_count", 2))))
-        queue = str(config.get("queue_packets", 1000)) + "p"
+        queue = str(config.get("queue_packets", 100_000)) + "p"
         host_queue = str(config.get("host_queue_packets", 1 << 20)) + "p"
         hosts = {int(h) for h in topology.get("hosts", ())}
         for name, value in config.get("defaults", ()):  # any other NS-3 attribute default, as text
