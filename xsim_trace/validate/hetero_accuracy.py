@@ -131,6 +131,7 @@ def _grids() -> list[tuple[str, Sequence[float], Callable[[HeteroCalibration, fl
         ("host:alps", hosts, lambda c, v: c.with_host("alps", int(v))),
         ("step_host_ns", (0, 10e6, 20e6, 40e6, 80e6, 150e6), lambda c, v: c.with_(step_host_ns=int(v))),
         ("tcp_efficiency", fracs, lambda c, v: c.with_(tcp_efficiency=v)),
+        ("tcp_ceiling_Gbps", (10, 15, 20, 25, 30, 35, 40, 45, 50), lambda c, v: c.with_(tcp_ceiling_Gbps=v)),
         ("pcie_efficiency", fracs, lambda c, v: c.with_(pcie_efficiency=v)),
         ("reserved_GiB", (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5), lambda c, v: c.with_(reserved_GiB=v)),
     ]
