@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from xsim_trace.errors import GraphError
-from xsim_trace.network.protocol import PortBookedFlows, capabilities_of
+from xsim_trace.network.protocol import capabilities_of
 from xsim_trace.replay.collective_pricing import (
     CollectivePricer,
     ScheduleWalkPricer,
@@ -148,8 +148,9 @@ class Engine:
             return False
         # p2p transfers are flows: the kernel times each alone (a contention-free backend) or books
         # endpoint ports as the backend does (PortBookedFlows: analytical); anything else stays here
-        self._booked = isinstance(self.backend, PortBookedFlows) and not capabilities_of(self.backend).contention_free
-        if not (capabilities_of(self.backend).contention_free or self._booked) and bool(np.any(self.w.exec_kind == K_SEND)):
+        caps = capabilities_of(self.backend)
+        self._booked = caps.port_booking and not caps.contention_free
+        if not (caps.contention_free or self._booked) and bool(np.any(self.w.exec_kind == K_SEND)):
             return False
         return compiled_kernel() is not None
 
