@@ -149,8 +149,11 @@ def test_cluster_presets_and_links():
     v100, t4 = links[0], links[3]
     assert v100.intra_GBps == pytest.approx(75 * FITTED.nvlink_efficiency)  # NVLink quad
     assert t4.intra_GBps == pytest.approx(15.75 * FITTED.pcie_efficiency)  # PCIe 3.0 x16
-    assert v100.nic_GBps == pytest.approx(10 / 8 * FITTED.tcp_efficiency)  # 10 Gb/s Ethernet, NCCL over TCP
-    assert t4.nic_GBps == pytest.approx(50 / 8 * FITTED.tcp_efficiency)
+    # NCCL over TCP: 10 Gb/s runs at the TCP/IP framing limit (1448 of 1538 B per frame), 50 Gb/s at the fitted
+    # ceiling of the host's socket path
+    assert v100.nic_GBps == pytest.approx(10 * 1448 / 1538 / 8)
+    assert t4.nic_GBps == pytest.approx(min(50 * 1448 / 1538, FITTED.tcp_ceiling_Gbps) / 8)
+    assert FITTED.tcp_ceiling_Gbps < 50 * 1448 / 1538
     with pytest.raises(RowError, match="no cluster description") as info:
         node_links(parse_row(raw(cluster="somewhere else")), FITTED)
     assert info.value.column == "cluster"

@@ -59,5 +59,5 @@ def test_mit_row_uses_measured_layers_and_links():
     links = node_links(row, FITTED)
     assert [lk.nic_GBps for lk in links] == [0.1174, 0.1175, 2.942]  # measured, no TCP efficiency on top
     assert [lk.intra_GBps for lk in links] == [5.327, 24.55, 24.30]
-    # 8.4 MB of activations over the 1 Gb/s link between two of the nodes: ~72 ms a transfer
-    assert 60 < s0.p2p_ms < 80
+    # Sailor trains in fp32: 16.8 MB of activations over the 1 Gb/s link between two of the nodes, ~143 ms
+    assert 135 < s0.p2p_ms < 150

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from xsim_trace.errors import XsimError
+from xsim_trace.validate.hetero_mfu import is_mfu_row, mfu_row_error
 from xsim_trace.validate.hetero_predict import FITTED, HeteroCalibration, StageTiming, predict
 from xsim_trace.validate.hetero_rows import HeteroRow, RawRow, RowError, parse_row
 
@@ -83,6 +84,8 @@ class Summary:
 def predict_row(raw: RawRow, cal: HeteroCalibration, row: HeteroRow | None = None) -> RowResult:
     base = dict(row_id=raw.row_id, heterogeneous=raw.heterogeneous, suspect=raw.suspect, failed=raw.failed)
     try:
+        if row is None and is_mfu_row(raw):  # what the MFU row's source fixes, and the column it leaves open
+            raise mfu_row_error(raw)
         row = row if row is not None else parse_row(raw)
         p = predict(row, cal)
     except RowError as exc:
@@ -128,6 +131,7 @@ def _grids() -> list[tuple[str, Sequence[float], Callable[[HeteroCalibration, fl
         ("host:alps", hosts, lambda c, v: c.with_host("alps", int(v))),
         ("step_host_ns", (0, 10e6, 20e6, 40e6, 80e6, 150e6), lambda c, v: c.with_(step_host_ns=int(v))),
         ("tcp_efficiency", fracs, lambda c, v: c.with_(tcp_efficiency=v)),
+        ("tcp_ceiling_Gbps", (10, 15, 20, 25, 30, 35, 40, 45, 50), lambda c, v: c.with_(tcp_ceiling_Gbps=v)),
         ("pcie_efficiency", fracs, lambda c, v: c.with_(pcie_efficiency=v)),
         ("reserved_GiB", (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5), lambda c, v: c.with_(reserved_GiB=v)),
     ]

@@ -9,14 +9,18 @@ deployment whose stages and data-parallel replicas each have their own GPU type 
   replica's own device by :class:`~xsim_trace.workload.timing.Timer` under the ``deepspeed`` framework family
   (host cost per module call, fp32 gradient all-reduce), TP all-reduces priced over the node's link;
 - DeepSpeed's ``TrainSchedule`` (1F1B) instruction stream per stage and replica, with blocking activation and
-  gradient transfers between stages (NCCL send/recv or a two-rank broadcast: a rendezvous holding both ranks);
-- after a stage's last backward: the fp32 gradient all-reduce of that stage over its replicas (one ring per TP
-  rank, sharing each node's NICs), the tied-embedding all-reduce between the first and the last stage, and
-  the fp16 optimizer step (overflow check, unscale, gradient norm, Adam, fp16 copy: HBM bound);
+  gradient transfers between stages (NCCL send/recv or a two-rank broadcast: a rendezvous holding both ranks),
+  in the testbed's training dtype, with AMP's attention mask riding along, sharing the NICs with the other TP
+  ranks and with the replicas that cross the same NIC at the same step (:class:`PipeSoftware`);
+- after a stage's last backward (or, behind Sailor's world barrier, the last stage's): the fp32 gradient
+  all-reduce of that stage over its replicas (one ring per TP rank, sharing each node's NICs), the tied-embedding
+  all-reduce between the first and the last stage where the head is tied (AMP), and the optimizer step
+  (overflow check, unscale, gradient norm, Adam, fp16 copy: HBM bound);
 - the iteration is the latest stage's end (rank 0's timer spans the whole synchronous step).
 
 Links come from the row's cluster description (``xsim_trace/data/clusters``): per node the intra-node rate (NVLink
-or the PCIe host link, each at its achievable fraction) and the NICs (Ethernet line rate x the TCP efficiency).
+or the PCIe host link, each at its achievable fraction) and the NICs (Ethernet: the line rate less TCP/IP framing,
+capped by the fitted ceiling of NCCL's socket path; :func:`nic_achievable_gbps`).
 The constants that are not spec-sheet facts are the fields of :class:`HeteroCalibration`; tools/accuracy_hetero.py
 fits them on the homogeneous rows only.
 """
@@ -64,10 +68,41 @@ CLUSTER_KEYWORDS = (("p3.8xlarge", "aws-p3-g4dn"), ("g4dn", "aws-g4dn-t4"), ("cl
 #: v1.1.5 on AWS, Sailor's framework on Alps; the MIT testbed runs Sailor's framework and has no homogeneous row,
 #: so it takes the Alps value (its CPU is not stated)
 TESTBED = {"aws-p3-g4dn": "aws", "aws-g4dn-t4": "aws", "alps-gh200": "alps", "mit-rtx": "alps"}
-#: DeepSpeed generation per testbed: whether the backward's gradient transfer is partitioned over TP ranks like the
-#: forward's activations (``is_grad_partitioned``).  AMP ran DeepSpeed 0.3 (activations partitioned, gradients sent
-#: whole by every TP rank); Sailor's Megatron-DeepSpeed runs a current DeepSpeed (both partitioned).
-GRAD_PARTITIONED = {"aws": False, "alps": True}
+
+
+@dataclass(frozen=True, slots=True)
+class PipeSoftware:
+    """What the training software of a testbed does, as read in its published artifact; the closed form follows it.
+
+    - AMP (DachengLi1/AMP, DeepSpeed 0.3 + Megatron v1.1.5 ``GPT2ModelPipe``): fp16 training, the head tied to the
+      word embedding (``TiedLayerSpec``: the tied weight's fp16 gradient is all-reduced between the first and the
+      last stage), activations partitioned over TP ranks, gradients sent whole by every TP rank, no barrier.
+    - Sailor (eth-easl/sailor, its own ``deepspeed/pipe_engine.py`` over Megatron-DeepSpeed's ``OPTModelPipe``):
+      fp32 training (no ``--fp16`` and no fp16 section in the run and profiling scripts, ``validate.py`` simulates
+      with ``fp16=False``; the published per-layer profiles run at fp32 speed), so every stage-to-stage tensor is
+      4 B per element; the head is a plain ``LayerSpec(OPTLMHeadPipe)`` with its own ``lm_head`` weight (no tied
+      gradient to reduce); activations and gradients both partitioned; and ``_exec_reduce_tied_grads`` ends with a
+      world ``dist.barrier()``, so every stage's DP all-reduce starts when the last stage reaches ReduceGrads.
+    """
+
+    dtype_bytes: int  # bytes per element of the stage-to-stage tensors and of the tied weight's gradient
+    grad_partitioned: bool  # DeepSpeed's is_grad_partitioned
+    tied_head: bool  # a tied-embedding gradient all-reduce between the first and the last stage
+    barrier_before_reduce: bool  # a world barrier before ReduceGrads
+    #: the causal attention mask travels forward with the activation (Megatron v1.1.5's GPT2ModelPipe passes
+    #: ``(hidden, mask)`` between its layers; DeepSpeed 0.3's SendActivation casts the [1, 1, s, s] bool mask to
+    #: fp16 and sends it, unpartitioned, from every TP rank); Sailor keeps the mask in ``args.attn_mask``
+    forward_mask: bool = False
+
+    def forward_extra_bytes(self, seq_len: int) -> int:
+        """Bytes every TP rank sends with each activation beyond its partition (the fp16 mask)."""
+        return seq_len * seq_len * 2 if self.forward_mask else 0
+
+
+#: the software of each testbed (:data:`TESTBED`)
+SOFTWARE = {"aws": PipeSoftware(dtype_bytes=2, grad_partitioned=False, tied_head=True, barrier_before_reduce=False,
+                                forward_mask=True),
+            "alps": PipeSoftware(dtype_bytes=4, grad_partitioned=True, tied_head=False, barrier_before_reduce=True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +119,8 @@ class HeteroCalibration:
     host_module_ns: tuple[tuple[str, int], ...] = (("alps", 40_000), ("aws", 60_000))
     nvlink_efficiency: float = 0.80  # NCCL bus bandwidth over NVLink / NVLink peak (xsim's comm default)
     pcie_efficiency: float = 0.70  # NCCL bus bandwidth over the PCIe host link / PCIe peak
-    tcp_efficiency: float = 0.70  # NCCL over TCP sockets / Ethernet line rate
+    tcp_efficiency: float = 0.70  # NCCL's rate / line rate on NICs that are not Ethernet (:func:`nic_achievable_gbps`)
+    tcp_ceiling_Gbps: float = 35.0  # NCCL over TCP sockets: the most one Ethernet NIC delivers (host socket path)
     reserved_GiB: float = 1.5  # CUDA context, cuBLAS / NCCL workspaces, allocator fragmentation
     step_host_ns: int = 20_000_000  # per-iteration engine work outside the passes (logging, loss, sync)
     #: what-if line rates (Gb/s) of every NIC of a cluster preset, replacing the preset's (tools/accuracy_hetero.py
@@ -125,13 +161,14 @@ class HeteroCalibration:
 #: H019 SUSPECT left out); coordinate descent, 3 rounds, mean |log error| + 0.05 per misjudged run.  No
 #: heterogeneous row enters the fit.  Devices other than T4 and GH200 keep the catalog's efficiency.
 FITTED = HeteroCalibration(
-    device_efficiency=(("GH200-96GB", 0.4), ("T4", 0.2)),
-    device_kernel_ns=(("GH200-96GB", 50_000), ("T4", 80_000)),
+    device_efficiency=(("GH200-96GB", 0.55), ("T4", 0.25)),
+    device_kernel_ns=(("GH200-96GB", 50_000), ("T4", 120_000)),
     host_module_ns=(("alps", 120_000), ("aws", 400_000)),
     pcie_efficiency=0.3,
-    tcp_efficiency=0.8,
-    reserved_GiB=1.5,
-    step_host_ns=40_000_000,
+    tcp_efficiency=0.2,
+    tcp_ceiling_Gbps=35.0,
+    reserved_GiB=3.0,
+    step_host_ns=80_000_000,
 )
 
 
@@ -207,9 +244,25 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
             nic = group.nccl.net_bw_GBps
         else:
             gbps = gbps if gbps is not None else (group.nic.nic_gbps if group.nic else 0.0)
-            nic = (group.nic.count * gbps / 8.0 * cal.tcp_efficiency) if group.nic else raw
+            nic = (group.nic.count * nic_achievable_gbps(gbps, group.nccl.net, cal) / 8.0) if group.nic else raw
         out.append(NodeLinks(intra, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
     return tuple(out)
+
+
+#: TCP payload per on-wire byte of a full 1500 B Ethernet frame: 1448 B of payload (IPv4 20 B and TCP 32 B headers
+#: with timestamps) per 1538 B on the wire (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12); the MIT
+#: testbed's measured NCCL send/recv rate over its 1 Gb/s links (0.939 Gb/s) is this fraction of the line rate
+TCP_FRAMING = 1448 / 1538
+
+
+def nic_achievable_gbps(line_gbps: float, net: str, cal: HeteroCalibration) -> float:
+    """What NCCL moves through one NIC: over Ethernet (TCP sockets) the line rate less the TCP/IP framing, capped
+    by the host's socket path (``tcp_ceiling_Gbps``, fitted on the 50 Gb/s T4 rows, where it is the limit); a
+    10 Gb/s NIC stays below the ceiling and runs at the framing limit.  Other fabrics: the line rate times
+    ``tcp_efficiency``."""
+    if net == "ethernet":
+        return min(line_gbps * TCP_FRAMING, cal.tcp_ceiling_Gbps)
+    return line_gbps * cal.tcp_efficiency
 
 
 def workload_model(row: HeteroRow) -> WorkloadModel:
@@ -250,19 +303,37 @@ def _pass_ns(wmodel: WorkloadModel, mbs: int, dev: DeviceSpec, tp: int, intra_GB
     return timer.pass_ns(fwd, 0), timer.pass_ns(bwd, 0)
 
 
-def _p2p_ns(nbytes: int, a: Placement, b: Placement, links: tuple[NodeLinks, ...], partitioned: bool) -> int:
+def _p2p_ns(nbytes: int, a: Placement, b: Placement, links: tuple[NodeLinks, ...], partitioned: bool,
+            extra_bytes: int = 0, replicas_sharing: int = 1) -> int:
     """One stage-to-stage transfer between two stage replicas of equal TP (TP rank i to TP rank i).  DeepSpeed's
     ``is_pipe_partitioned`` (every TP > 1 run) splits the tensor over the TP ranks (each sends ``1/tp``, the
-    receiver all-gathers inside its node); unpartitioned, every TP rank sends the whole tensor.  Across nodes the
-    TP ranks' transfers share the NICs."""
+    receiver all-gathers inside its node); unpartitioned, every TP rank sends the whole tensor; ``extra_bytes``
+    more from every TP rank (AMP's attention mask).  Across nodes the TP ranks' transfers share the NICs, and so
+    do those of the ``replicas_sharing`` data-parallel replicas whose same transfer crosses the same NIC at the
+    same step (the replicas run the same schedule in lockstep)."""
     na, nb = a.nodes[0], b.nodes[0]
-    per_rank = nbytes / a.tp if partitioned else nbytes
+    per_rank = (nbytes / a.tp if partitioned else nbytes) + extra_bytes
     if na == nb:
         bw, lat = links[na].intra_GBps, links[na].intra_latency_ns
     else:
-        bw = min(links[na].nic_GBps, links[nb].nic_GBps) / max(1, a.tp)
+        bw = min(links[na].nic_GBps, links[nb].nic_GBps) / (max(1, a.tp) * max(1, replicas_sharing))
         lat = links[na].nic_latency_ns + links[nb].nic_latency_ns + 20_000
     return int(lat + per_rank / bw)
+
+
+def _replicas_sharing(plan: RowPlan, stage: int, replica: int) -> int:
+    """How many replicas' stage ``stage`` -> ``stage + 1`` transfers cross the sending or the receiving NIC of
+    ``replica``'s (the busier of the two nodes; 1 when the transfer stays inside a node)."""
+    def hop(r: int) -> tuple[int, int]:
+        return plan.stages[stage].replicas[r].nodes[0], plan.stages[stage + 1].replicas[r].nodes[0]
+
+    src, dst = hop(replica)
+    if src == dst:
+        return 1
+    hops = [hop(r) for r in range(plan.dp)]
+    out_of_src = sum(1 for a, b in hops if a == src and a != b)
+    into_dst = sum(1 for a, b in hops if b == dst and a != b)
+    return max(out_of_src, into_dst)
 
 
 def _ring_ns(nbytes: int, members: list[Placement], links: tuple[NodeLinks, ...], rings_per_node: int) -> int:
@@ -291,7 +362,8 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
     wmodel = workload_model(row)
     model_key = (wmodel.layers, wmodel.hidden, wmodel.heads, wmodel.vocab, wmodel.seq_len)
     mbs, m, pp, dp = plan.micro_batch, plan.micro_batches, plan.pp, plan.dp
-    act_bytes = row.seq_len * mbs * wmodel.hidden * 2
+    sw = SOFTWARE[testbed]
+    act_bytes = row.seq_len * mbs * wmodel.hidden * sw.dtype_bytes
     ends = [[0] * pp for _ in range(dp)]
     slowest: list[tuple[int, int, int, str]] = [(0, 0, 0, "")] * pp  # (fwd + bwd, fwd, bwd, device) per stage
     p2p_max = [0] * pp
@@ -312,28 +384,32 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
             slowest[s] = max(slowest[s], (f + b, f, b, pl.device))
             if s < pp - 1:
                 nxt = plan.stages[s + 1].replicas[r]
-                p2p.append(_p2p_ns(act_bytes, pl, nxt, links, partitioned=True))
-                p2p_bwd.append(_p2p_ns(act_bytes, nxt, pl, links, partitioned=GRAD_PARTITIONED[testbed]))
+                share = _replicas_sharing(plan, s, r)
+                p2p.append(_p2p_ns(act_bytes, pl, nxt, links, partitioned=True,
+                                   extra_bytes=sw.forward_extra_bytes(row.seq_len), replicas_sharing=share))
+                p2p_bwd.append(_p2p_ns(act_bytes, nxt, pl, links, partitioned=sw.grad_partitioned,
+                                       replicas_sharing=share))
                 p2p_max[s] = max(p2p_max[s], p2p[-1], p2p_bwd[-1])
         ends[r] = schedule_1f1b(fwd, bwd, p2p, m, p2p_bwd)
+    latest = max(max(e) for e in ends)
     timings = []
     best = (0, 0.0, 0, 0)
     peak = (0.0, 1.0, False)
     dims = block_dims(wmodel)
     unbuildable = ""
     for s, st in enumerate(plan.stages):
-        params = stage_params(dims, stage_content(st))
+        params = stage_params(dims, stage_content(st), tied_head=sw.tied_head)
         why = unbuildable_reason(dims, stage_content(st))
         if why and not unbuildable:
             unbuildable = f"stage {s}: {why}"
-        stage_end = max(ends[r][s] for r in range(dp))
+        stage_end = latest if sw.barrier_before_reduce else max(ends[r][s] for r in range(dp))
         tp = max(p.tp for p in st.replicas)
         grad_bytes = params // tp * fam.grad_reduce_bytes
         ar = _ring_ns(grad_bytes, list(st.replicas), links, rings_per_node=tp)
-        if pp > 1 and (st.embedding or st.head):  # tied word-embedding gradient between first and last stage
-            # DeepSpeed reduces the tied weight's fp16 .grad directly, one 2-rank group per (replica, TP rank),
+        if sw.tied_head and pp > 1 and (st.embedding or st.head):  # tied word-embedding gradient, first <-> last
+            # DeepSpeed reduces the tied weight's .grad directly, one 2-rank group per (replica, TP rank),
             # all at once over the same NICs
-            tied = wmodel.vocab * wmodel.hidden // tp * 2
+            tied = wmodel.vocab * wmodel.hidden // tp * sw.dtype_bytes
             other = plan.stages[-1 if st.embedding else 0].replicas[0]
             ar += _ring_ns(tied, [st.replicas[0], other], links, rings_per_node=tp * dp)
         opt = 0
@@ -388,5 +464,5 @@ def block_dims(wmodel: WorkloadModel) -> BlockDims:
                      seq_len=wmodel.seq_len)
 
 
-__all__ = ["CLUSTER_KEYWORDS", "FITTED", "HeteroCalibration", "NodeLinks", "Prediction", "REPORTED_TOTAL_MIB",
-           "StageTiming", "node_links", "predict", "row_cluster_name", "schedule_1f1b", "usable_GiB", "workload_model"]
+__all__ = ["CLUSTER_KEYWORDS", "FITTED", "HeteroCalibration", "NodeLinks", "PipeSoftware", "Prediction", "REPORTED_TOTAL_MIB",
+           "SOFTWARE", "StageTiming", "TCP_FRAMING", "nic_achievable_gbps", "node_links", "predict", "row_cluster_name", "schedule_1f1b", "usable_GiB", "workload_model"]

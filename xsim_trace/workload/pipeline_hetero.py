@@ -70,13 +70,19 @@ def block_params(d: BlockDims) -> int:
     return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
 
 
-def stage_params(d: BlockDims, st: StageContent) -> int:
+def stage_params(d: BlockDims, st: StageContent, tied_head: bool = True) -> int:
+    """Parameters one stage holds.  A head tied to the word embedding (``TiedLayerSpec``) is a copy of the whole
+    EmbeddingPipe on the last stage, but DeepSpeed builds a tied module once per stage, so a stage holding both
+    the embedding and the head (a one-stage pipeline) has one copy; an untied head (``tied_head=False``, Sailor's
+    OPT ``lm_head``) is its own vocab x hidden matrix."""
     params = st.blocks * block_params(d)
     if st.embedding:
         params += d.vocab * d.hidden + d.seq_len * d.hidden
     if st.final_norm:
         params += 2 * d.hidden
-    if st.head:  # the tied copy of the word embedding (DeepSpeed builds the whole EmbeddingPipe on the stage)
+    if st.head and not tied_head:
+        params += d.vocab * d.hidden
+    elif st.head and not st.embedding:
         params += d.vocab * d.hidden + d.seq_len * d.hidden
     return params
 
