@@ -19,7 +19,7 @@ from xsim_trace.workload.estimate import ADAM_BYTES_PER_PARAM, OPT_LAUNCHES_PER_
 from xsim_trace.workload.generator import SOURCE, GroupRegistry, Workload
 from xsim_trace.workload.layout import Coord, Layout
 from xsim_trace.workload.ops import FSDP_REDUCE, CommKind, CommOp, WaitOp, pp_activation_bytes
-from xsim_trace.workload.templates import RING_RECV_STREAM, RING_TAG_BASE
+from xsim_trace.workload.templates import PP_STREAM_BASE, RING_RECV_STREAM, RING_TAG_BASE
 from xsim_trace.workload.program import Program
 from xsim_trace.workload.schedule import stage_order
 from xsim_trace.workload.timing import Timer
@@ -148,6 +148,7 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
                 comm_size=act_bytes,
                 comm_kind=CommKind.PP.value,
                 microbatch=st.microbatch,
+                stream=PP_STREAM_BASE + 2 * (neighbour_v % pp) + 1,  # a stream per (peer stage, direction)
                 duration_ns=0,
             )
         ids = []
@@ -172,6 +173,7 @@ def build_rank(rank: int, program: Program, timer: Timer, groups: GroupRegistry)
                 comm_size=act_bytes,
                 comm_kind=CommKind.PP.value,
                 microbatch=st.microbatch,
+                stream=PP_STREAM_BASE + 2 * (out_v % pp),
                 duration_ns=timer.links.p2p_ns(act_bytes, timer.links.spans_nodes((rank, peer))),
             )
     # -- DP gradient buckets -------------------------------------------------------------------

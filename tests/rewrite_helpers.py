@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from xsim_trace.devices import get_device
 from xsim_trace.layer_templates.template import LayerTemplate, ModelTemplate, OpTemplate
 
 TINY_MODEL = {"num_layers": 4, "hidden": 768, "heads": 12, "ffn_hidden": 3072, "seq_len": 128, "vocab": 1000}
@@ -19,7 +20,7 @@ def fixed_template(fwd_ns: int = 300_000, bwd_ns: int = 600_000, *, act_bytes: i
     if tp_coll_bytes:
         fwd.append(OpTemplate("fwd_tp_ar", "coll", comm_size_bytes=tp_coll_bytes))
         bwd.append(OpTemplate("bwd_tp_ar", "coll", comm_size_bytes=tp_coll_bytes))
-    return ModelTemplate((LayerTemplate(tuple(fwd), tuple(bwd), 0),), device, 1, act_bytes, grad_bytes)
+    return ModelTemplate((LayerTemplate(tuple(fwd), tuple(bwd), 0),), get_device(device), 1, act_bytes, grad_bytes)
 
 
 def plan_dict(**over: Any) -> dict:

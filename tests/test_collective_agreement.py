@@ -10,6 +10,8 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.graph import NodeType, Trace, make_metadata, make_node
 from xsim_trace.graph.kinds import CollectiveType as T
 from xsim_trace.network import build_topology, make_backend
+from xsim_trace.network.ns3_backend import ns3_available
+from xsim_trace.network.protocol import close_backend
 from xsim_trace.replay import ReplaySettings
 from xsim_trace.replay.api import replay
 from xsim_trace.replay.model_flows import edges, p2p_rounds
@@ -29,7 +31,10 @@ def _traces(n: int, size: int, comm_type: int, extra: dict[int, tuple] | None = 
 
 def _end_ns(name: str, cluster, traces, settings=None) -> int:
     be = make_backend(name, build_topology(cluster))
-    res = replay(traces, be, settings, cluster=cluster)
+    try:
+        res = replay(traces, be, settings, cluster=cluster)
+    finally:
+        close_backend(be)
     assert res.settings.collective_model == "nccl"
     return int(max(res.times.end_ns))
 
@@ -53,13 +58,29 @@ def test_a_collective_agrees_on_analytical_ca(ctype, size):
     model's time (grouped by sender it took +24% to +87%)."""
     cluster = load_cluster("dgx-a100:2")
     ends = {name: _end_ns(name, cluster, _traces(16, size, ctype)) for name in ("analytical", "analytical-ca")}
-    assert abs(ends["analytical-ca"] - ends["analytical"]) <= 2, ends
+    # the collective's largest lone-flow extra comes off its last landing: a few ns of chunk rounding
+    # (measured: all-to-all 7 ns at 64 KiB, 8 ns at 256 MiB; the others within 3 ns)
+    assert abs(ends["analytical-ca"] - ends["analytical"]) <= max(8, 1e-4 * ends["analytical"]), ends
 
 
 def test_all_to_all_agrees_on_analytical_ca_over_four_nodes():
     cluster = load_cluster("dgx-h100:4")
     ends = {name: _end_ns(name, cluster, _traces(32, 16 * MiB, T.ALL_TO_ALL)) for name in ("analytical", "analytical-ca")}
-    assert abs(ends["analytical-ca"] - ends["analytical"]) <= 4, ends
+    assert abs(ends["analytical-ca"] - ends["analytical"]) <= max(8, 1e-4 * ends["analytical"]), ends
+
+
+@pytest.mark.parametrize("preset, tol", [("mixed-h100-a100", 0.03), ("aws-p3-g4dn", 0.005)])
+def test_heterogeneous_all_to_all_agrees_on_analytical_ca(preset, tol):
+    """A receiver's FIFO port is first fed by a flow with a longer path (an H100 -> A100 flow crosses
+    the inter-group link) than the flow it serves last; discounting each flow's own path left that
+    difference in (+11.6 % at 64 KiB on both presets); the collective's largest lone-flow extra comes off
+    its last landing once, as the model's latency holds the path once (measured +1.8 % / -0.02 %)."""
+    cluster = load_cluster(preset)
+    n = cluster.num_ranks
+    ends = {name: _end_ns(name, cluster, _traces(n, 64 << 10, T.ALL_TO_ALL)) for name in ("analytical", "flow", "analytical-ca")}
+    start = 5000  # the compute node before the collective
+    assert abs(ends["flow"] - ends["analytical"]) <= max(8, 1e-4 * ends["analytical"]), ends
+    assert abs(ends["analytical-ca"] - ends["analytical"]) <= tol * (ends["analytical"] - start), ends
 
 
 def test_p2p_rounds_send_once_and_receive_once_per_round():
@@ -85,6 +106,36 @@ def test_lone_flow_timing_matches_a_lone_flow():
             be.start_flow(Flow(0, src, dst, size), 0)
             t = be.next_completion_ns()
             assert be.lone_flow_ns(src, dst, size) == pytest.approx(t, abs=4), (name, src, dst, size)
+
+
+@pytest.mark.ns3
+@pytest.mark.skipif(not ns3_available(), reason="needs the ns3 extra")
+def test_ns3_lone_flow_timing_and_a_collective_agree():
+    """ns3's warm connections (opened before time 0, window twice the path's bandwidth-delay product,
+    two segments already through so the receiver's scaled window is known) make a lone flow a closed
+    form: packets stored and forwarded hop by hop, plus their headers.  Declared, it lets a model-paced
+    collective give the model's answer (before: +14 us, +18 % for a 1 MiB all-reduce on dgx-a100:2)."""
+    from xsim_trace.network.protocol import Flow, LoneFlowTiming, capabilities_of
+
+    topo = build_topology(load_cluster("dgx-h100:2"))
+    be = make_backend("ns3", topo)
+    try:
+        assert capabilities_of(be).lone_flow_timing and isinstance(be, LoneFlowTiming)
+        now = 0
+        for fid, (src, dst, size) in enumerate(((0, 9, 4 * MiB), (0, 1, 1000), (3, 12, 100_000))):
+            be.start_flow(Flow(fid, src, dst, size), now)
+            t = be.next_completion_ns()
+            assert be.advance(t) == [fid]
+            assert be.lone_flow_ns(src, dst, size) == pytest.approx(t - now, abs=8), (src, dst, size)
+            now = t + 50_000
+    finally:
+        be.close()
+    cold = make_backend("ns3", topo, warm_connections=False)
+    assert not capabilities_of(cold).lone_flow_timing
+    cold.close()
+    cluster = load_cluster("dgx-a100:2")
+    ends = {name: _end_ns(name, cluster, _traces(16, 1 * MiB, T.ALL_REDUCE)) for name in ("analytical", "ns3")}
+    assert ends["ns3"] == pytest.approx(ends["analytical"], rel=1e-3), ends  # measured: 5 ns apart
 
 
 def test_forced_algorithm_and_protocol_reach_the_flow_backend():

@@ -206,3 +206,91 @@ def test_measured_constants_named_and_applied(a100):
     assert simple_fill_us(a100, Algo.P2P, Proto.SIMPLE, 1 << 30) == 0.0  # one hop: no pipeline to fill
     pair = group_shape(load_cluster("a100-node"), [0, 1])  # 1 stage where the 8-GPU node has 7
     assert simple_fill_us(pair, Algo.RING, Proto.SIMPLE, 1 << 30) == pytest.approx(big / 7)
+
+
+def _with_host(preset: str, host_cpu: str):
+    from xsim_trace.cluster import cluster_from_dict
+
+    d = load_cluster(preset).to_dict()
+    d["groups"][0]["nccl"] = {**d["groups"][0].get("nccl", {}), "host_cpu": host_cpu}
+    return group_shape(cluster_from_dict(d))
+
+
+def test_amd_hosts_pay_nccl_amd_network_costs():
+    """NCCL's tuning reads the host CPU (tuning.cc): across nodes an AMD host caps LL at the AMD row of
+    llMaxBws (22.5 GB/s on 2 nodes, 19.0 beyond, against 39.0 / 20.4 on Intel) and posts each network operation
+    in 2 us instead of 1 us (getNetOverhead), which every step of a multi-node ring pays.  One node: no change."""
+    from xsim_trace.network.nccl.model import algbw_GBps, latency_us, ll_max_bw_GBps
+
+    intel, amd = _with_host("dgx-a100:2", "intel"), _with_host("dgx-a100:2", "amd")
+    assert (ll_max_bw_GBps(intel), ll_max_bw_GBps(amd)) == (39.0, 22.5)
+    assert ll_max_bw_GBps(_with_host("dgx-a100:4", "amd")) == 19.0
+    ar = CollKind.ALL_REDUCE
+    assert algbw_GBps(amd, ar, Algo.RING, Proto.LL, 1 << 20) == pytest.approx(22.5 * 16 / 30)
+    # 30 ring steps of which 2 cross the network: the other 28 pay max(NVLink LL 0.6 us, the host overhead)
+    extra = latency_us(amd, ar, Algo.RING, Proto.LL, 1 << 10) - latency_us(intel, ar, Algo.RING, Proto.LL, 1 << 10)
+    assert extra == pytest.approx(28 * (2.0 - 1.0))
+    one_intel, one_amd = _with_host("dgx-a100:1", "intel"), _with_host("dgx-a100:1", "amd")
+    assert price_collective(one_intel, ar, 1 << 16) == price_collective(one_amd, ar, 1 << 16)
+    assert load_cluster("oci-a100-roce").groups[0].nccl.host_cpu == "amd"
+    assert load_cluster("dgx-h100").groups[0].nccl.host_cpu == "intel"
+
+
+def test_host_cpu_is_validated_and_round_trips():
+    from xsim_trace.cluster import cluster_from_dict
+
+    d = load_cluster("oci-a100-roce:2").to_dict()
+    assert d["groups"][0]["nccl"]["host_cpu"] == "amd"
+    assert cluster_from_dict(d).groups[0].nccl.host_cpu == "amd"
+    d["groups"][0]["nccl"]["host_cpu"] = "sparc"
+    with pytest.raises(ConfigError, match="host_cpu"):
+        cluster_from_dict(d)
+
+
+
+def test_two_node_tree_simple_runs_at_the_nvlink_ring_rate():
+    """On two nodes NCCL's tree sends the message up and down one chain per node: every GPU sends it twice over
+    NVLink, so the Simple tree reaches half the per-GPU NVLink rate the ring reaches (NCCL's per-link figure,
+    capped as the ring is), bounded by the node's NICs; NCCL's own 0.92 tree derate is a selection heuristic
+    that the measured 2-node trees exceed.  LL128 keeps it."""
+    from xsim_trace.network.nccl.model import algbw_GBps
+
+    oci = group_shape(load_cluster("oci-a100-roce:2"))
+    ar = CollKind.ALL_REDUCE
+    assert algbw_GBps(oci, ar, Algo.TREE, Proto.SIMPLE, 8 << 30) == pytest.approx(oci.intra_bw_GBps / 2)
+    a3 = group_shape(load_cluster("gcp-a3-mega:2"))  # 18 x 20.6 / 2 = 185 GB/s, above 8 x 200 Gb/s x 0.9
+    assert algbw_GBps(a3, ar, Algo.TREE, Proto.SIMPLE, 8 << 30) == pytest.approx(a3.net_bw_GBps)
+    ll128 = algbw_GBps(oci, ar, Algo.TREE, Proto.LL128, 8 << 30) / oci.proto_bw_scale[1]
+    assert ll128 == pytest.approx(oci.intra_bw_GBps * 0.92 * 120 / 128 / 2)
+
+
+def test_tree_fill_follows_nccl_chunking():
+    """A tree Simple all-reduce fills its pipeline with (2 x depth - 1) chunks of one channel before it streams;
+    the chunk is NCCL's (enqueue.cc): a 4 MiB buffer step (512 KiB), halved while a channel's share holds fewer
+    than 8 / 4 / 1 x depth chunks (floors 128 / 64 / 32 KiB), never more than the share."""
+    from xsim_trace.network.nccl.model import simple_fill_us, tree_chunk_bytes, tree_depth, tree_pipeline_fill_us
+
+    s = group_shape(load_cluster("oci-a100-roce:2"))  # 12 channels, depth 7 + 1
+    assert tree_depth(s) == 8
+    assert tree_chunk_bytes(s, 1 << 30) == 512 << 10
+    assert tree_chunk_bytes(s, 256 << 20) == 256 << 10  # 256 MiB / 12 channels = 85 chunks of 256 KiB >= 64
+    assert tree_chunk_bytes(s, 64 << 20) == 128 << 10
+    assert tree_chunk_bytes(s, 1 << 12) == -(-(1 << 12) // 12)  # a channel's share
+    fill = tree_pipeline_fill_us(s, 1 << 30)
+    assert fill == pytest.approx(15 * (512 << 10) * 12 / (1000.0 * s.intra_bw_GBps / 2))  # ~0.8 ms
+    assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 30) == fill  # not the ring-measured fill
+    assert simple_fill_us(s, Algo.RING, Proto.SIMPLE, 1 << 30) == pytest.approx(s.simple_fill_us)
+    assert simple_fill_us(s, Algo.TREE, Proto.LL128, 1 << 30) == 0.0
+
+
+def test_calibrated_tree_fill_replaces_the_chunking_one():
+    from xsim_trace.cluster import cluster_from_dict
+    from xsim_trace.network.nccl.model import simple_fill_us
+
+    d = load_cluster("oci-a100-roce:2").to_dict()
+    d["groups"][0]["nccl"].update(tree_fill_us=100.0, tree_fill_bytes=1 << 20)
+    c = cluster_from_dict(d)
+    assert cluster_from_dict(c.to_dict()).groups[0].nccl.tree_fill_us == 100.0
+    s = group_shape(c)
+    assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 30) == pytest.approx(100.0)
+    assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 19) == pytest.approx(50.0)

@@ -15,6 +15,7 @@ from xsim_trace.network.protocol import (
     BackendCapabilities,
     Flow,
     NetworkBackend,
+    PortBookedFlows,
     TransferPricing,
     capabilities_of,
 )
@@ -34,6 +35,44 @@ def test_builtin_backends_declare_their_capabilities(name):
     assert caps.closed_form == (name == "analytical") == isinstance(be, TransferPricing)
     assert caps.horizon_hint == (name != "analytical")
     be.close()
+
+
+def test_port_booking_is_declared_by_analytical_with_endpoint_sharing_only():
+    topo = build_topology(single_switch(4, 1.0, 100))
+    shared, alone = make_backend("analytical", topo), make_backend("analytical", topo, endpoint_sharing=False)
+    assert capabilities_of(shared).port_booking and isinstance(shared, PortBookedFlows)
+    assert not capabilities_of(alone).port_booking and capabilities_of(alone).contention_free
+    for name in ("analytical-ca", "flow"):
+        assert not capabilities_of(make_backend(name, topo)).port_booking
+
+
+def test_engine_and_sweep_read_capabilities_instead_of_probing():
+    """No hasattr / getattr / isinstance on a backend protocol in the replay engine and the sweep: what
+    a backend offers beyond the three calls is its declared BackendCapabilities."""
+    import re
+    from pathlib import Path
+
+    import xsim_trace
+
+    root = Path(xsim_trace.__file__).parent
+    probe = re.compile(r"(hasattr|getattr)\((self\.)?backend\b|isinstance\([^)]*(PortBookedFlows|TransferPricing|"
+                       r"LoneFlowTiming|CollectivePricing)\)")
+    hits = [f"{p.relative_to(root)}:{i}" for d in ("replay", "sweep") for p in sorted((root / d).rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if probe.search(line)]
+    assert hits == [], hits
+
+
+def test_contention_appears_only_where_links_are_shared():
+    """On the compare cases every backend reads one flow's time where no link is shared (single, ring)
+    and about three flows' time where three share one port (incast at the receiver, shared at the sender)."""
+    spans = {case: {r.backend: r.makespan_ns for r in compare_backends(FLUID, case, 4, 8 * MiB, 12.5, 1000,
+                                                                          keep_going=False).runs}
+             for case in ("single", "ring", "incast", "shared")}
+    for name in FLUID:
+        one = spans["single"][name]
+        assert spans["ring"][name] == pytest.approx(one, rel=0.01), (name, spans)
+        for case in ("incast", "shared"):
+            assert 2.9 * one <= spans[case][name] <= 3.05 * one, (name, case, spans)
 
 
 def test_capabilities_are_read_not_probed():

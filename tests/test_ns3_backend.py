@@ -200,13 +200,41 @@ def test_persistent_connections_pay_the_handshake_once(star4):
     size, gap = 64 * 1024, 20_000
     seq = [TimedFlow(i * gap, Flow(i, 0, 1, size)) for i in range(4)]
     per_flow = run(star4, seq, connections="per-flow")
-    persistent = run(star4, seq)  # the default
+    persistent = run(star4, seq, warm_connections=False)  # opened by the pair's first flow
     d_per = [per_flow[i] - i * gap for i in range(4)]
     d_pst = [persistent[i] - i * gap for i in range(4)]
     assert len(set(d_per)) == 1  # every flow: SYN, SYN-ACK, then the data
     assert d_pst[0] == d_per[0]  # the first flow opens the connection
     assert len(set(d_pst[1:])) == 1 and d_pst[1] < d_per[0] - 3000  # later ones skip 1.5 RTT (6 us)
     assert formula(size) < d_pst[1] < formula(size) + 1500  # + store-and-forward of one segment, headers
+
+
+@needs_ns3
+@pytest.mark.ns3
+def test_warm_connections_are_open_before_time_zero(star4):
+    """By default every rank pair's connection is opened before time 0 (NCCL connects with its
+    communicator) and has carried two segments: the first flow skips the handshake (1.5 round trips,
+    ~6 us here) and does not wait for the scaled window (the SYN-ACK's says 64 KiB: +4.2 us)."""
+    size, gap = 64 * 1024, 20_000
+    seq = [TimedFlow(i * gap, Flow(i, 0, 1, size)) for i in range(3)]
+    cold = run(star4, seq, warm_connections=False)
+    warm = run(star4, seq)
+    assert warm[0] < cold[0] - 3000
+    d = [warm[i] - i * gap for i in range(3)]
+    assert formula(size) < d[0] == d[1] == d[2]
+    assert (warm[1], warm[2]) == (cold[1], cold[2])  # later flows: the same warm connection
+
+
+@needs_ns3
+@pytest.mark.ns3
+def test_a_warm_connection_after_an_idle_gap_loses_nothing(star4):
+    """The second 16 MiB flow of a pair, after an idle gap, leaves with the whole window the first grew;
+    the sender's own queue takes it (host_queue_packets): at 1,000 packets it overflowed and the flow
+    waited for NS-3's 1 s minimum retransmission timeout."""
+    size, gap = 16 * MiB, 3_000_000
+    finish = run(star4, [TimedFlow(0, Flow(1, 0, 1, size)), TimedFlow(gap, Flow(2, 0, 1, size))])
+    assert finish[2] - gap == pytest.approx(formula(size), rel=TOL)
+    assert finish[2] - gap >= formula(size)
 
 
 @needs_ns3
@@ -242,7 +270,7 @@ def test_horizon_hint_gives_the_same_times_without_forking(star4):
         b.start_flow(Flow(1, 0, 1, 1 * MiB), 0)
         assert b.next_completion_ns(horizon_ns=10_000) is None  # ~86 us away: not before 10 us
         t = b.next_completion_ns(horizon_ns=10**9)
-        assert formula(MiB) < t < formula(MiB) + 8000  # + the handshake of a new connection
+        assert formula(MiB) < t < formula(MiB) + 8000  # + the first flow's start-up on its connection
         assert b.advance(t) == [1]
         with pytest.raises(BackendError, match="before the clock"):
             b.start_flow(Flow(2, 0, 1, 10), 5)

@@ -13,14 +13,15 @@ from xsim_trace.plan.closed_form import estimate_plan
 from xsim_trace.plan.search import exhaustive, lower_bound_ns, resolved, search, _LayerRates
 from xsim_trace.plan.space import Space, batch_shares, splittable, structures
 from xsim_trace.plan.model_spec import ModelSpec
+from xsim_trace.devices import get_device
 from xsim_trace.plan.model import DeviceGroup
 from xsim_trace.plan.parse import load_plan
 from xsim_trace.plan.schedules import Schedule
 from xsim_trace.layer_templates.template import templates_from_model
 
 TINY = ModelSpec(num_layers=6, hidden=1024, heads=8, ffn_hidden=4096, vocab=8000, seq_len=512, name="tiny")
-GROUPS = (DeviceGroup("h100", "H100-SXM5-80GB", 2, devices_per_node=2),
-          DeviceGroup("a100", "A100-SXM4-80GB", 4, devices_per_node=2, nic_gbps=200.0))
+GROUPS = (DeviceGroup("h100", get_device("H100-SXM5-80GB"), 2, devices_per_node=2),
+          DeviceGroup("a100", get_device("A100-SXM4-80GB"), 4, devices_per_node=2, nic_gbps=200.0))
 
 
 def _space(**over) -> Space:

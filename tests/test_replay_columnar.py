@@ -23,6 +23,15 @@ from xsim_trace.replay import compile_workload  # noqa: E402
 from xsim_trace.replay.columnar import compile_rank_files  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "chakra_et"
+
+
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def decoder(request, monkeypatch):
+    """Every test runs with each columnar decoder (tests/test_et_decoders.py compares them directly)."""
+    from xsim_trace.io import _et_kernel, et_columns
+
+    monkeypatch.setattr(et_columns, "_kernel", lambda _decoder, _size: _et_kernel if request.param == "numba" else None)
+    return request.param
 BUNDLED = Path(__file__).resolve().parents[1] / "traces"
 
 

@@ -40,7 +40,7 @@ def bundled(backend: str) -> list[str]:
             "|---|---|---|---:|---|---:|---:|---:|"]
     for path in PLANS:
         plan = load_plan(path)
-        tm = templates_from_model(plan.model, plan.groups[0].device, 1)
+        tm = templates_from_model(plan.model, plan.groups[0].device_spec, 1)
         hand = replay_ns(plan, tm, backend)
         layers = " | ".join(dict.fromkeys("/".join(str(s.num_layers) for s in p.stages) for p in
                                           evaluate(plan, tm, lambda res: engine_times(res, None, backend))[0].plan.pipelines))
@@ -64,7 +64,7 @@ def scale() -> list[str]:
 
     groups = groups_from_cluster(load_cluster("mixed-3group-1024"))
     model = ModelSpec.from_workload(get_model("llama2-13b"), seq_len=2048)
-    tm = templates_from_model(model, groups[0].device, 1)
+    tm = templates_from_model(model, groups[0].device_spec, 1)
     t0, w0 = time.process_time(), time.perf_counter()
     res = search(Space(groups, model, 1024), tm, top_k=5)
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0

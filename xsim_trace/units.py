@@ -28,3 +28,8 @@ def GBps_to_bytes_per_s(GBps: float) -> float:  # noqa: N802, N803
 def gbps_to_bytes_per_s(gbps: float) -> float:
     """1e9 bits/s -> bytes/s."""
     return gbps * 1e9 / BITS_PER_BYTE
+
+
+def GBps_to_bits_per_s(GBps: float) -> float:  # noqa: N802, N803
+    """1e9 bytes/s -> bits/s (NS-3 DataRate)."""
+    return GBps * (BITS_PER_BYTE * 1e9)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from xsim_trace.cli.device_file import add_device_file, run_catalog
 from xsim_trace.errors import ConfigError
 from xsim_trace.sweep.backends import available_backends
 from xsim_trace.sweep.micro import CLUSTER_CASES, DEFAULT_CASE_CLUSTER, MICRO_CASES, compare_backends, ideal_ns
@@ -50,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"cluster for --trace and the cluster cases (file or preset; default {DEFAULT_CASE_CLUSTER})")
     c.add_argument("--drop-missing-deps", action="store_true", help="with --trace: drop dangling dependencies")
     c.add_argument("--json", action="store_true", help="machine-readable output")
+    add_device_file(c)
     c.set_defaults(func=_compare)
 
 
@@ -66,7 +68,7 @@ def _compare_trace(args: argparse.Namespace, names: list[str]) -> int:
         raise ConfigError("--trace needs --cluster FILE_OR_PRESET", field="--cluster")
     from xsim_trace.cluster import load_cluster  # noqa: PLC0415
 
-    runs = compare_replay(args.trace, load_cluster(args.cluster), names, drop_missing_deps=args.drop_missing_deps)
+    runs = compare_replay(args.trace, load_cluster(args.cluster, catalog=run_catalog(args)), names, drop_missing_deps=args.drop_missing_deps)
     if args.json:
         json.dump({"trace": args.trace, "cluster": args.cluster, "runs": [r.as_dict() for r in runs]},
                   sys.stdout, indent=1)
@@ -89,7 +91,7 @@ def _compare_trace(args: argparse.Namespace, names: list[str]) -> int:
 def _compare_cluster_case(args: argparse.Namespace, names: list[str]) -> int:
     from xsim_trace.cluster import load_cluster  # noqa: PLC0415
 
-    cluster = load_cluster(args.cluster or DEFAULT_CASE_CLUSTER)
+    cluster = load_cluster(args.cluster or DEFAULT_CASE_CLUSTER, catalog=run_catalog(args))
     cmp = compare_backends(names, args.case, cmp_ranks := cluster.num_ranks, args.size, 0.0, 0, cluster=cluster)
     if args.json:
         json.dump({"case": cmp.case, "cluster": cluster.name, "ranks": cmp_ranks, "size_bytes": cmp.size_bytes,

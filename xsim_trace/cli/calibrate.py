@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from xsim_trace.cli.device_file import add_device_file, run_catalog
 from xsim_trace.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     n.add_argument("--collective", help="collective of every log (when neither log nor file name says)")
     n.add_argument("--nodes", type=int, metavar="N", help="node count of every log (when the logs have no rank lines)")
     n.add_argument("--net", choices=("ib", "roce", "ethernet"), help="scale-out network kind of the fabric")
+    add_device_file(n)
     n.set_defaults(func=_nccl_tests)
 
 
@@ -46,8 +48,9 @@ def _gpu_and_base(runs, args) -> tuple[str, object]:
     from xsim_trace.devices import get_device  # noqa: PLC0415
     from xsim_trace.errors import FormatError  # noqa: PLC0415
 
+    catalog = run_catalog(args)
     if args.gpu:
-        gpu = get_device(args.gpu)
+        gpu = get_device(args.gpu, catalog)
     else:
         named = [(r, r.gpu) for r in runs if r.gpu]
         if not named:
@@ -55,16 +58,16 @@ def _gpu_and_base(runs, args) -> tuple[str, object]:
                               "(pass --gpu NAME)", file=runs[0].file)
         for run, name in named:
             try:
-                gpu = get_device(name)
+                gpu = get_device(name, catalog)
             except ConfigError:
                 raise FormatError(f"unknown GPU {name!r} (pass --gpu NAME with a type from the device catalog)",
                                   file=run.file) from None
-    base = load_cluster(args.base or _BASE_BY_ARCH.get(gpu.arch, "dgx-h100"))
+    base = load_cluster(args.base or _BASE_BY_ARCH.get(gpu.arch, "dgx-h100"), catalog=catalog)
     if len(base.groups) != 1:
         raise ConfigError(f"expected a base cluster with one device group, found {len(base.groups)}", field="--base")
     d = base.to_dict()
     g = d["groups"][0]
-    g["gpu"] = gpu.name
+    g["gpu"] = gpu  # resolved: the calibrated group carries its spec
     if args.net:
         g["nccl"] = {**g.get("nccl", {}), "net": args.net}
     nodes = max(r.n_nodes for r in runs)

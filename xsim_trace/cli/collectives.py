@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from xsim_trace.cli.device_file import add_device_file, run_catalog
 from xsim_trace.errors import ConfigError
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--gpus-per-process", type=int, default=1, metavar="G",
                     help="GPUs driven by one process (nccl-tests -g G): adds the host launch cost")
     pr.add_argument("--json", action="store_true", help="machine-readable rows")
+    add_device_file(pr)
     pr.set_defaults(func=_predict)
 
 
@@ -79,7 +81,7 @@ def _predict(args: argparse.Namespace) -> int:
     from xsim_trace.cluster import load_cluster  # noqa: PLC0415
     from xsim_trace.network.nccl import CollKind, bus_factor, group_shape, price_collective  # noqa: PLC0415
 
-    cluster = resized(load_cluster(args.cluster), args.nodes)
+    cluster = resized(load_cluster(args.cluster, catalog=run_catalog(args)), args.nodes)
     n = args.ranks or cluster.num_ranks
     if not 1 <= n <= cluster.num_ranks:
         raise ConfigError(f"expected 1..{cluster.num_ranks} ranks on cluster {cluster.name}, found {n} (try --nodes)",

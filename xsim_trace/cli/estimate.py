@@ -57,14 +57,16 @@ def _system_from_cluster(args: argparse.Namespace):
         raise ConfigError(f"xsim estimate needs a homogeneous cluster; {cluster.name} has groups {names} "
                           "(use xsim generate --plan for heterogeneous plans)", field="--cluster")
     g = cluster.groups[0]
-    device = catalog.get(g.gpu_type)
+    device = g.device_spec  # resolved by the loader in the run's catalog
+    if device is None:
+        raise ConfigError(f"cluster {cluster.name}: GPU type {g.gpu_type!r} has no device specs; name a device "
+                          f"({', '.join(catalog.names())})", field="--cluster")
     nic = g.nic.count * g.nic.nic_gbps / g.devices_per_node if g.nic is not None else args.nic_gbps
     return cluster, device, g.devices_per_node, nic, _intra_GBps(g)
 
 
-def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float, catalog=None):
-    """A one-group NVSwitch + fat-tree cluster of the setup's device, big enough for its ranks
-    (its GPU type resolves in ``catalog``, the run's device catalog)."""
+def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float):
+    """A one-group NVSwitch + fat-tree cluster of the setup's (resolved) device, big enough for its ranks."""
     from xsim_trace.cluster.load import cluster_from_dict
 
     dev = setup.device
@@ -73,12 +75,12 @@ def _replay_cluster(setup, gpus_per_node: int, nic_gbps: float, catalog=None):
         "name": f"estimate-{dev.name}",
         "fabric": {"kind": "fat-tree", "latency_ns": 500},
         "groups": [{
-            "name": "g0", "gpu": dev.name, "nodes": nodes, "devices_per_node": gpus_per_node,
+            "name": "g0", "gpu": dev, "nodes": nodes, "devices_per_node": gpus_per_node,
             "intra_node": {"kind": "nvswitch", "bw_GBps": dev.nvlink_unidir_GBps or gbps_to_GBps(nic_gbps),
                            "latency_ns": 250},
             "nic": {"count": gpus_per_node, "nic_gbps": nic_gbps, "latency_ns": 1000},
         }],
-    }, catalog=catalog)
+    })
 
 
 def _replay_s(setup, cluster) -> float:
@@ -116,10 +118,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         out["deepspeed"] = deepspeed_check(setup.program, out["memory"][0]["capacity_GiB"] * 2**30)
     if args.replay:
         if setup.fw.world_size <= REPLAY_MAX_RANKS:
-            from xsim_trace.devices.catalog import catalog_for
-
             if cluster is None:
-                cluster = _replay_cluster(setup, gpn, nic, catalog_for(args.device_file))
+                cluster = _replay_cluster(setup, gpn, nic)
             replayed = _replay_s(setup, cluster)
             out["replay_step_time_s"] = round(replayed, 6)
             out["replay_vs_estimate_pct"] = round((replayed / pred.step_s - 1) * 100, 2)

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 
+from xsim_trace.cli.device_file import add_device_file
 from xsim_trace.errors import ConfigError
 from xsim_trace.io import atomic_write
 from xsim_trace.workload.estimate import estimate
@@ -70,7 +71,7 @@ def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
                    help="MoE routing imbalance: busiest EP rank's tokens / balanced share (default 1)")
     s = p.add_argument_group("system")
     s.add_argument("--device", default="H100")
-    s.add_argument("--device-file", help="extra devices YAML")
+    add_device_file(s)
     s.add_argument("--gpus-per-node", type=int, default=8)
     s.add_argument("--nic-gbps", type=float, default=400.0, help="NIC line rate per GPU, Gb/s")
     add_framework_flags(s)
@@ -116,7 +117,7 @@ def _ranks(text: str | None) -> list[int] | None:
 
 def _setup(args: argparse.Namespace):
     if args.plan:
-        return load_spec_file(args.plan)
+        return load_spec_file(args.plan, device_file=args.device_file)
     return setup_from_args(args)
 
 

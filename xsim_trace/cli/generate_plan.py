@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from xsim_trace.cli.device_file import run_catalog
 from xsim_trace.cli.generate import write_summary
 from xsim_trace.errors import ConfigError
 from xsim_trace.io import atomic_write, output_set, write_rank_set
@@ -25,17 +26,17 @@ from xsim_trace.plan.simai_groups import group_simai_lines, simai_path
 log = logging.getLogger(__name__)
 
 
-def _cluster_yaml(wl: HeteroWorkload, cluster_spec: str | None) -> str | None:
+def _cluster_yaml(wl: HeteroWorkload, cluster_spec: str | None, catalog=None) -> str | None:
     """``cluster_spec`` (a file or preset; default: a cluster of the plan's device groups) with
     each rank placed on a device of its plan group, as YAML.  None when the plan's own groups do
     not make a cluster (e.g. a count that does not fill whole nodes); a given cluster that cannot
-    hold the plan is an error."""
+    hold the plan is an error.  ``catalog``: the run's device catalog, where the cluster's GPU types resolve."""
     from xsim_trace.cluster import load_cluster
     from xsim_trace.cluster.load import cluster_to_dict
     from xsim_trace.evaluate.engine_times import place_on_cluster, plan_cluster
 
     if cluster_spec:
-        cluster = place_on_cluster(wl.result, load_cluster(cluster_spec))
+        cluster = place_on_cluster(wl.result, load_cluster(cluster_spec, catalog=catalog))
     else:
         try:
             cluster = place_on_cluster(wl.result, plan_cluster(wl.plan))
@@ -74,7 +75,8 @@ def terminal_line(wl: HeteroWorkload, files: int, out: str) -> str:
 
 
 def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | None) -> int:
-    plan, wmodel = plan_for_generate(doc, args.plan, model=args.model, model_file=args.model_file)
+    catalog = run_catalog(args)  # the plan's devices and the cluster's GPU types resolve here, once
+    plan, wmodel = plan_for_generate(doc, args.plan, model=args.model, model_file=args.model_file, catalog=catalog)
     wl = generate_for_plan(plan, wmodel, traces=args.format != "simai")
     summary = wl.summary()
     # build every output in memory first: a failure leaves no file behind
@@ -87,7 +89,7 @@ def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | Non
         written = list(texts)
     else:
         traces = _selected(wl.result.traces, ranks)
-        cluster_text = _cluster_yaml(wl, getattr(args, "cluster", None))
+        cluster_text = _cluster_yaml(wl, getattr(args, "cluster", None), catalog)
         extra = {CLUSTER_SUFFIX: cluster_text} if cluster_text is not None else None
         written = [str(p) for p in write_rank_set(args.out, traces, wl.result.comm_groups, extra=extra)]
     summary["files"] = written

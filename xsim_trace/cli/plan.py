@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from xsim_trace.cli.device_file import add_device_file, resolve_device, run_catalog
 from xsim_trace.cli.progress import RowProgress
 from xsim_trace.cli.rewrite import load_template
 from xsim_trace.evaluate.compare import compare, format_table
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = psub.add_parser("check", help="validate plan files (exit 2 with the first problem)")
     c.add_argument("plans", nargs="+")
     c.add_argument("--cluster", metavar="FILE_OR_PRESET", help="also check that the plan's devices exist in this cluster")
+    add_device_file(c)
     c.set_defaults(func=cmd_check)
 
     t = psub.add_parser("partition", help="show the uniform or throughput-proportional layer partition of a plan")
@@ -31,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--mode", choices=("uniform", "auto"), default="auto")
     t.add_argument("--source", default="model", help="trace prefix or 'model' (default) for the per-layer times")
     t.add_argument("--device"), t.add_argument("--tp", type=int)
+    add_device_file(t)
     t.set_defaults(func=cmd_partition)
 
     k = psub.add_parser("compare", help="rewrite and replay several plans / strategies; print a table")
@@ -49,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the closed-form estimate (stage times, pipeline fill, DP rings; milliseconds per row) instead "
                         "of rewriting and replaying on the engine")
     k.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    add_device_file(k)
     k.set_defaults(func=cmd_compare)
 
     from xsim_trace.cli.plan_search import register as register_search
@@ -70,27 +74,29 @@ def _choices(text: str | None, allowed: tuple[str, ...], what: str) -> list[str 
     return out
 
 
-def replay_for(cluster: str | None, backend: str):
+def replay_for(cluster: str | None, backend: str, catalog=None):
     """The replay used by compare: the engine on ``cluster`` (None: a cluster built from each plan's
-    device groups) over ``backend`` (``--quick`` uses the closed form instead, no replay)."""
+    device groups; its GPU types resolve in ``catalog``, the run's) over ``backend`` (``--quick``
+    uses the closed form instead, no replay)."""
     from xsim_trace.evaluate.engine_times import engine_times
 
     loaded = None
     if cluster is not None:
         from xsim_trace.cluster import load_cluster
 
-        loaded = load_cluster(cluster)
+        loaded = load_cluster(cluster, catalog=catalog)
     return lambda res: engine_times(res, loaded, backend)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    catalog = run_catalog(args)
     cluster = None
     if args.cluster:
         from xsim_trace.cluster import load_cluster
 
-        cluster = load_cluster(args.cluster)
+        cluster = load_cluster(args.cluster, catalog=catalog)
     for path in args.plans:
-        plan = load_plan(path)
+        plan = load_plan(path, catalog=catalog)
         if cluster is not None:
             from xsim_trace.plan.document import check_plan_fits
 
@@ -102,8 +108,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan).with_strategy(partition=args.mode)
-    tm = load_template(args.source, plan, device=args.device, tp=args.tp)
+    catalog = run_catalog(args)
+    plan = load_plan(args.plan, catalog=catalog).with_strategy(partition=args.mode)
+    tm = load_template(args.source, plan, device=resolve_device(args, catalog), tp=args.tp, catalog=catalog)
     resolved, reports = resolve_partition(plan, tm)
     for i, report in enumerate(reports):
         names = [f"pipeline {i} stage {s} ({st.group}, TP {st.tp})" for s, st in enumerate(resolved.pipelines[i].stages)]
@@ -118,14 +125,16 @@ def _row_text(row) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    plans = [load_plan(p, memory=False) for p in args.plans]  # a variant over memory is a marked row
+    catalog = run_catalog(args)
+    device = resolve_device(args, catalog)
+    plans = [load_plan(p, memory=False, catalog=catalog) for p in args.plans]  # a variant over memory is a marked row
     reshards = _choices(args.reshard, _RESHARDS, "reshard")
     partitions = _choices(args.partition, _PARTITIONS, "partition")
     total = len(plans) * len(reshards) * len(partitions)
     with RowProgress(total, "plan compare", quiet=args.quiet) as bar:
-        rows = compare(plans, lambda p: load_template(args.source, p, device=args.device, tp=args.tp),
+        rows = compare(plans, lambda p: load_template(args.source, p, device=device, tp=args.tp, catalog=catalog),
                        reshards=reshards, partitions=partitions, progress=lambda row: bar.update(_row_text(row)),
-                       replay=replay_for(args.cluster, args.backend), closed_form=args.quick)
+                       replay=replay_for(args.cluster, args.backend, catalog), closed_form=args.quick)
     if args.json:
         json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
         print()

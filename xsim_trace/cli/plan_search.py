@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from xsim_trace.cli.device_file import add_device_file, run_catalog
 from xsim_trace.errors import ConfigError
 
 
@@ -38,6 +39,7 @@ def register(psub: argparse._SubParsersAction) -> None:
     s.add_argument("--hetero-tp", action="store_true",
                    help="also TP groups over two device groups (half the TP ranks on each, paced by the slower)")
     s.add_argument("--out", required=True, metavar="DIR", help="writes DIR/best_plan.yaml and DIR/search.json")
+    add_device_file(s)
     s.set_defaults(func=cmd_search)
 
 
@@ -67,20 +69,18 @@ def _space(args: argparse.Namespace, cluster: Any):
 
 
 def _replay_one(job: tuple) -> int | None:
-    """Rewrite and replay one plan on the cluster (a worker-process entry point)."""
-    plan, template, cluster_spec, backend, max_ranks = job
+    """Rewrite and replay one plan on the (resolved) cluster (a worker-process entry point)."""
+    plan, template, cluster, backend, max_ranks = job
     if sum(st.tp for p in plan.pipelines for st in p.stages) > max_ranks:
         return None
-    from xsim_trace.cluster import load_cluster
     from xsim_trace.evaluate.compare import evaluate
     from xsim_trace.evaluate.engine_times import engine_times
 
-    cluster = load_cluster(cluster_spec)
     return evaluate(plan, template, lambda res: engine_times(res, cluster, backend))[2]
 
 
-def _replayers(args: argparse.Namespace, template: Any):
-    job = lambda plan: (plan, template, args.cluster, args.backend, args.replay_max_ranks)  # noqa: E731
+def _replayers(args: argparse.Namespace, template: Any, cluster: Any):
+    job = lambda plan: (plan, template, cluster, args.backend, args.replay_max_ranks)  # noqa: E731
     if args.ray:
         try:
             import ray  # noqa: F401
@@ -174,10 +174,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     from xsim_trace.plan.search import resolved, search
     from xsim_trace.layer_templates.template import templates_from_model
 
-    cluster = load_cluster(args.cluster)
+    cluster = load_cluster(args.cluster, catalog=run_catalog(args))  # GPU types resolved once, specs travel down
     space = _space(args, cluster)
-    template = templates_from_model(space.model, space.groups[0].device, 1)
-    replay, many = _replayers(args, template)
+    template = templates_from_model(space.model, space.groups[0].device_spec, 1)
+    replay, many = _replayers(args, template, cluster)
     prog = _Progress(getattr(args, "quiet", False))
     try:
         result = search(space, template, objective=args.objective, top_k=args.top, budget_s=args.budget,

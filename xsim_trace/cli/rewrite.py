@@ -6,6 +6,9 @@ import argparse
 import logging
 from pathlib import Path
 
+from xsim_trace.cli.device_file import add_device_file, resolve_device, run_catalog
+from xsim_trace.devices.catalog import Catalog
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
 from xsim_trace.io import find_rank_files, read_et, write_rank_set
 from xsim_trace.plan.model import Plan
@@ -32,14 +35,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition", choices=("given", "uniform", "auto"), help="override the plan's partition mode")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="rewrite even when the trace's seq_len / micro_batch_size / device disagree with the plan / --device")
+    add_device_file(p)
     p.set_defaults(func=cmd_rewrite)
 
 
-def load_template(source: str, plan: Plan, *, device: str | None = None, tp: int | None = None, rank: int = 0,
-                  check: bool = True) -> ModelTemplate:
+def load_template(source: str, plan: Plan, *, device: DeviceSpec | None = None, tp: int | None = None, rank: int = 0,
+                  check: bool = True, catalog: Catalog | None = None) -> ModelTemplate:
     """Templates from a trace (path or prefix) or, for ``model`` / a preset name, from the plan's model.
-    ``check``: refuse a trace whose sequence length, micro-batch size or device disagree with the
-    plan / ``device`` (:mod:`xsim_trace.rewrite.guards`)."""
+    ``device`` (resolved at the boundary): the device the source was measured on; a trace's own
+    ``device_name`` resolves in ``catalog`` (the run's; None = the built-in one).  ``check``: refuse a
+    trace whose sequence length, micro-batch size or device disagree with the plan / ``device``
+    (:mod:`xsim_trace.rewrite.guards`)."""
     path = Path(source)
     looks_like_trace = path.exists() or path.parent.is_dir() and any(
         c.name.startswith(path.name + ".") and ".et" in c.name for c in path.parent.iterdir())
@@ -51,7 +57,7 @@ def load_template(source: str, plan: Plan, *, device: str | None = None, tp: int
                               field="TRACE_PREFIX_OR_MODEL")
         if source not in ("model", plan.model.name):
             log.warning("plan %s describes model %r; using the plan's geometry for %r", plan.name, plan.model.name, source)
-        return templates_from_model(plan.model, device or plan.groups[0].device, tp or 1)
+        return templates_from_model(plan.model, device or plan.groups[0].device_spec, tp or 1)
     if path.is_file() and not path.name.split(".")[-2 if path.name.endswith(".et") else -3].isdigit():
         trace = read_et(path)
     else:
@@ -63,14 +69,15 @@ def load_template(source: str, plan: Plan, *, device: str | None = None, tp: int
         from xsim_trace.rewrite.guards import check_source_device, check_trace_shape
 
         check_trace_shape(trace, plan.model, source=source, flag="--allow-mismatch")
-        check_source_device(trace, device, source=source, flag="--allow-mismatch")
-    return extract_templates(trace, device=device, tp=tp, model=plan.model)
+        check_source_device(trace, device, source=source, flag="--allow-mismatch", catalog=catalog)
+    return extract_templates(trace, device=device, tp=tp, model=plan.model, catalog=catalog)
 
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan).with_strategy(reshard=args.reshard, partition=args.partition)
-    template = load_template(args.source, plan, device=args.device, tp=args.tp, rank=args.rank,
-                             check=not args.allow_mismatch)
+    catalog = run_catalog(args)
+    plan = load_plan(args.plan, catalog=catalog).with_strategy(reshard=args.reshard, partition=args.partition)
+    template = load_template(args.source, plan, device=resolve_device(args, catalog), tp=args.tp, rank=args.rank,
+                             check=not args.allow_mismatch, catalog=catalog)
     res: RewriteResult = rewrite(plan, template)
     write_rank_set(args.out, res.traces, res.comm_groups)
     for report in res.partition_reports:

@@ -7,6 +7,7 @@ import json
 import logging
 from pathlib import Path
 
+from xsim_trace.cli.device_file import add_device_file, run_catalog
 from xsim_trace.cli.replay import add_collective_model_flags
 from xsim_trace.io import atomic_write
 
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-skew", action="store_true",
                    help="start all ranks together even when their clocks show different step starts")
     p.add_argument("--no-collectives", action="store_true", help="leave the per-collective table out of the print")
+    add_device_file(p)
     p.set_defaults(func=run)
 
 
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             step = int(step)
         except ValueError:
             raise ConfigError(f"expected a ProfilerStep number or 'all', found {step!r}", field="--step") from None
-    cluster = load_cluster(args.cluster)  # fail on a bad cluster before reading the traces
+    cluster = load_cluster(args.cluster, catalog=run_catalog(args))  # fail on a bad cluster before reading the traces
     kts = read_ranks(resolve_inputs(args.traces))
     ets = None
     if args.et:

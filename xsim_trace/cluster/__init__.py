@@ -62,7 +62,7 @@ def load_cluster(path_or_preset: str | Path | Cluster, *, catalog=None) -> Clust
         return read_cluster_file(p, catalog)
     spec = str(path_or_preset)
     if is_preset_spec(spec):
-        return load_preset(spec)
+        return load_preset(spec, catalog)
     if p.suffix.lower() in (".yaml", ".yml", ".json") or "/" in spec:
         raise ConfigError("cluster file not found", file=p)
     raise ConfigError(

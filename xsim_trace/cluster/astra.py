@@ -29,6 +29,7 @@ from xsim_trace.cluster.load import cluster_from_dict
 from xsim_trace.cluster.model import Cluster
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.units import GBps_to_gbps
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def astra_network_cluster(path: Path) -> Cluster:
         if dims > 2 or names[1] != "Switch":
             log.warning("%s: dimensions 2..%d (%s) modelled as one rail switch per local NPU index",
                         path, dims, ", ".join(names[1:]))
-        group["nic"] = {"count": dpn, "nic_gbps": 8 * astra_GBps(min(bw[1:])), "latency_ns": 0}
+        group["nic"] = {"count": dpn, "nic_gbps": GBps_to_gbps(astra_GBps(min(bw[1:]))), "latency_ns": 0}
         group["fabric"] = {"kind": "rail-only", "latency_ns": max(lat[1:])}
     return cluster_from_dict({"name": f"astra-{path.stem}", "groups": [group]}, file=path)
 

@@ -24,19 +24,24 @@ from xsim_trace.cluster.model import (
     NcclTuning,
     Nic,
 )
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import gbps_to_GBps
 
 _TOP_KEYS = {"name", "groups", "fabric", "links", "rank_map"}
 _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", "intra_node", "nic", "fabric", "nccl"}
-_NCCL_KEYS = {"net", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
+_NCCL_KEYS = {"net", "host_cpu", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
               "net_latency_us", "algorithms", "protocols", "ll_latency_us", "ll128_latency_us", "ll_bw_scale",
-              "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes"}
+              "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes", "tree_fill_us",
+              "tree_fill_bytes"}
 #: optional NCCL tuning numbers: (key, smallest allowed value: None = any, 0.0 = non-negative, "positive")
 _NCCL_OPTIONAL: tuple[tuple[str, float | str | None], ...] = (
     ("ll_latency_us", None), ("ll128_latency_us", None), ("simple_latency_us", None),
     ("ll_bw_scale", "positive"), ("ll128_bw_scale", "positive"), ("simple_bw_scale", "positive"),
-    ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0))
+    ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0), ("tree_fill_us", 0.0),
+    ("tree_fill_bytes", 0.0))
 _NET_KINDS = ("ib", "roce", "ethernet")
+_HOST_CPUS = ("intel", "amd", "arm")
 #: NCCL's algorithm and protocol names as a cluster file may restrict them (NCCL_ALGO / NCCL_PROTO)
 _NCCL_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain", "pat")
 _NCCL_PROTOS = ("LL", "LL128", "Simple")
@@ -51,8 +56,8 @@ _LINK_KEYS = {"groups", "bw_gbps", "latency_ns"}
 MAX_DEVICES = 1 << 16
 #: devices per node, NICs per leaf switch, spine switches, mesh lanes
 MAX_SMALL_COUNT = 1 << 16
-#: bandwidths in Gb/s (a GB/s figure is checked as 8x) from 0.1 Gb/s to 10 Pb/s
-MIN_BW_GBPS, MAX_BW_GBPS = 0.1, 1e7
+#: bandwidths from 0.1 Gb/s to 10 Pb/s (a GB/s field: the same range, in bytes)
+MIN_BW_gbps, MAX_BW_gbps = 0.1, 1e7
 #: a latency of at most 1000 s
 MAX_LATENCY_NS = 1e12
 #: oversubscription ratio
@@ -96,9 +101,9 @@ class _Ctx:
         return x
 
     def bandwidth(self, v: Any, field: str, *, per_byte: bool = False) -> float:
-        """A bandwidth in Gb/s (``per_byte``: GB/s) within MIN_BW_GBPS .. MAX_BW_GBPS."""
-        scale = 8.0 if per_byte else 1.0
-        return self.number(v, field, positive=True, minimum=MIN_BW_GBPS / scale, maximum=MAX_BW_GBPS / scale)
+        """A bandwidth in Gb/s (``per_byte``: GB/s) within MIN_BW_gbps .. MAX_BW_gbps."""
+        lo, hi = (gbps_to_GBps(MIN_BW_gbps), gbps_to_GBps(MAX_BW_gbps)) if per_byte else (MIN_BW_gbps, MAX_BW_gbps)
+        return self.number(v, field, positive=True, minimum=lo, maximum=hi)
 
     def latency(self, v: Any, field: str) -> float:
         return self.number(v, field, maximum=MAX_LATENCY_NS)
@@ -216,6 +221,9 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
     net = str(d.get("net", "ib")).strip().lower()
     if net not in _NET_KINDS:
         raise ctx.err(f + ".net", f"expected one of {', '.join(_NET_KINDS)}, found {d.get('net')!r}")
+    host_cpu = str(d.get("host_cpu", "intel")).strip().lower()
+    if host_cpu not in _HOST_CPUS:
+        raise ctx.err(f + ".host_cpu", f"expected one of {', '.join(_HOST_CPUS)}, found {d.get('host_cpu')!r}")
 
     def flag(key: str) -> bool | None:
         v = d.get(key)
@@ -253,6 +261,7 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
     nlat = d.get("net_latency_us")
     return NcclTuning(
         net=net,
+        host_cpu=host_cpu,
         nvls=flag("nvls"),
         collnet=bool(flag("collnet")),
         intra_bw_GBps=bw("intra_bw_GBps"),
@@ -268,6 +277,8 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
 
 def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
     out: dict[str, Any] = {"net": t.net}
+    if t.host_cpu != "intel":
+        out["host_cpu"] = t.host_cpu
     for key in ("nvls", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "net_latency_us"):
         if getattr(t, key) is not None:
             out[key] = getattr(t, key)
@@ -288,15 +299,20 @@ def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
 GENERIC_GPU = "generic"
 
 
-def _check_gpu(ctx: _Ctx, gpu: str, field: str) -> None:
-    """The GPU type must be one the device catalog knows (compute scaling and memory need its specs),
-    or ``generic``: a network-only cluster whose traces replay with their own compute times."""
+def _resolve_gpu(ctx: _Ctx, gpu: Any, field: str) -> tuple[str, DeviceSpec | None]:
+    """(GPU type name, its DeviceSpec) in the run's catalog: the specs travel with the group, so
+    compute scaling, memory and the NCCL model never look the name up again.  ``generic`` (a
+    network-only cluster whose traces replay with their own compute times) has no spec.  In code,
+    a group's ``gpu`` may be a resolved DeviceSpec already (e.g. a plan's device)."""
+    if isinstance(gpu, DeviceSpec):
+        return gpu.name, gpu
+    name = ctx.string(gpu, field)
+    if name.strip().lower() == GENERIC_GPU:
+        return name, None
     from xsim_trace.devices import get_device
 
-    if gpu.strip().lower() == GENERIC_GPU:
-        return
     try:
-        get_device(gpu, ctx.catalog)
+        return name, get_device(name, ctx.catalog)
     except ConfigError as exc:
         raise ctx.err(field, f"unknown GPU type: {exc.message}") from None
 
@@ -306,8 +322,7 @@ def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
     name = ctx.string(d.get("name"), f + ".name")
     gpu_raw = d.get("gpu", d.get("gpu_type"))
     gpu_field = f + (".gpu" if "gpu" in d or "gpu_type" not in d else ".gpu_type")
-    gpu = ctx.string(gpu_raw, gpu_field)
-    _check_gpu(ctx, gpu, gpu_field)
+    gpu, spec = _resolve_gpu(ctx, gpu_raw, gpu_field)
     if "devices_per_node" not in d:
         raise ctx.err(f + ".devices_per_node", "expected a positive integer, found nothing")
     dpn = ctx.integer(d["devices_per_node"], f + ".devices_per_node")
@@ -341,7 +356,7 @@ def _group(ctx: _Ctx, raw: Any, f: str, fabric: Fabric) -> DeviceGroup:
     if nic is None and count // dpn > 1:
         raise ctx.err(f + ".nic", f"expected NICs (count, nic_gbps) for a group of {count // dpn} nodes, found nothing")
     nccl = _nccl(ctx, d["nccl"], f + ".nccl") if d.get("nccl") is not None else NcclTuning()
-    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric, nccl)
+    return DeviceGroup(name, gpu, count, dpn, intra, nic, gfabric, nccl, spec)
 
 
 def _parse_pos(ctx: _Ctx, e: Any, f: str, names: list[str]) -> DevicePos:

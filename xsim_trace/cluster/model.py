@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
 from xsim_trace.units import gbps_to_GBps
 
@@ -68,6 +69,7 @@ class NcclTuning:
     ``xsim calibrate nccl-tests`` fits.  ``None`` = the model's default for the hardware."""
 
     net: str = "ib"  # scale-out kind: ib | roce | ethernet
+    host_cpu: str = "intel"  # host CPU vendor: intel | amd | arm (NCCL's tuning depends on it)
     nvls: bool | None = None  # NVLink SHARP available (default: Hopper or newer on NVSwitch)
     collnet: bool = False  # in-network reduction (SHARP) in the scale-out switches
     intra_bw_GBps: float | None = None  # ring bus bandwidth inside a node (per GPU, per direction)
@@ -86,6 +88,10 @@ class NcclTuning:
     #: Simple-protocol pipeline fill: ``simple_fill_us x min(1, size / simple_fill_bytes)`` is added (fitted)
     simple_fill_us: float | None = None
     simple_fill_bytes: float | None = None
+    #: a tree all-reduce's Simple fill, ``tree_fill_us x min(1, size / tree_fill_bytes)``, in place of the one the
+    #: model derives from NCCL's chunking (fitted)
+    tree_fill_us: float | None = None
+    tree_fill_bytes: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,9 @@ class DeviceGroup:
     nic: Nic | None
     fabric: Fabric
     nccl: NcclTuning = NcclTuning()
+    #: ``gpu_type`` resolved once, by the loader, in the run's device catalog (built-in + ``--device-file``);
+    #: None for a network-only (``generic``) group.  Everything downstream reads this, never the name.
+    device_spec: DeviceSpec | None = None
 
     @property
     def num_nodes(self) -> int:

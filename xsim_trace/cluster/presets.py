@@ -35,8 +35,9 @@ def is_preset_spec(spec: str) -> bool:
     return spec.split(":", 1)[0].strip().lower() in preset_names()
 
 
-def load_preset(spec: str) -> Cluster:
-    """``name`` or ``name:N`` or ``name:N1,N2,...`` (nodes per group)."""
+def load_preset(spec: str, catalog=None) -> Cluster:
+    """``name`` or ``name:N`` or ``name:N1,N2,...`` (nodes per group); its GPU types resolve in
+    ``catalog`` (the run's device catalog: a ``--device-file`` may refine a built-in device)."""
     name, _, size = spec.partition(":")
     data = preset_dict(name)
     groups = data["groups"]
@@ -55,4 +56,4 @@ def load_preset(spec: str) -> Cluster:
             g.pop("count", None)
             g["nodes"] = n
         data["name"] = f"{data.get('name', name)}:{size.strip()}"
-    return cluster_from_dict(data, file=f"preset:{name}")
+    return cluster_from_dict(data, file=f"preset:{name}", catalog=catalog)

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import GBps_to_bytes_per_s
 
 
 class Precision(enum.Enum):
@@ -92,7 +93,7 @@ class DeviceSpec:
 
     @property
     def hbm_bytes_per_s(self) -> float:
-        return self.hbm_bw_GBps * 1e9
+        return GBps_to_bytes_per_s(self.hbm_bw_GBps)
 
     @property
     def hbm_bytes(self) -> int:
@@ -101,3 +102,11 @@ class DeviceSpec:
     @property
     def nvlink_unidir_GBps(self) -> float:
         return self.nvlink_bidir_GBps / 2.0
+
+
+def require_spec(value: object, what: str) -> None:
+    """Devices travel resolved: a name in a field typed DeviceSpec would be looked up again later, in a
+    catalog that may lack the run's ``--device-file`` devices.  Raises TypeError (a programming error)."""
+    if not isinstance(value, DeviceSpec):
+        raise TypeError(f"{what}: expected a DeviceSpec (resolve names once, e.g. devices.catalog_for(device_file)"
+                        f".get(name)), found {type(value).__name__} {value!r:.40}")

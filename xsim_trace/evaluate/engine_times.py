@@ -7,7 +7,6 @@ import dataclasses
 from typing import Any, Mapping
 
 from xsim_trace.cluster import Cluster
-from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError
 from xsim_trace.network.protocol import NetworkBackend
 from xsim_trace.plan.model import Plan
@@ -16,17 +15,15 @@ from xsim_trace.rewrite.rewriter import RewriteResult
 
 
 
-def _gpu(name: str) -> str | None:
-    try:
-        return get_device(name).name
-    except ConfigError:
-        return None  # a generic / unknown GPU type matches any plan group
+def _gpu(group: Any) -> str | None:
+    """A cluster group's device (as its loader resolved it); None: generic, matches any plan group."""
+    return group.device_spec.name if group.device_spec is not None else None
 
 
 def place_on_cluster(result: RewriteResult, cluster: Any) -> Any:
     """The cluster with a rank map putting each plan rank on a device of its plan group: the
-    cluster group of the same name, else the first group with the same GPU type (or a GPU type the
-    catalog does not know, e.g. ``generic``) that still has room."""
+    cluster group of the same name, else the first group with the same GPU type (or ``generic``)
+    that still has room."""
     names = [g.name for g in cluster.groups]
     room = [g.count for g in cluster.groups]
     where: dict[str, tuple[int, int]] = {}  # plan group -> (cluster group, first device index)
@@ -35,8 +32,8 @@ def place_on_cluster(result: RewriteResult, cluster: Any) -> Any:
         if not need[pg.name]:
             continue
         cands = [names.index(pg.name)] if pg.name in names else [
-            i for i, g in enumerate(cluster.groups) if _gpu(g.gpu_type) in (pg.device, None)]
-        cands = [i for i in cands if _gpu(cluster.groups[i].gpu_type) in (pg.device, None)]
+            i for i, g in enumerate(cluster.groups) if _gpu(g) in (pg.device, None)]
+        cands = [i for i in cands if _gpu(cluster.groups[i]) in (pg.device, None)]
         fit = [i for i in cands if room[i] >= need[pg.name]]
         if not fit:
             raise ConfigError(f"no cluster group of {pg.device} with {need[pg.name]} free devices for plan group {pg.name!r} "
@@ -73,7 +70,7 @@ def plan_cluster(plan: Plan, *, intra_latency_ns: float = 250.0, nic_latency_ns:
         if g.count % dpn:
             raise ConfigError(f"{g.count} devices do not fill whole nodes of {dpn}", file=plan.source or None,
                               field=f"device_groups[{plan.groups.index(g)}].count")
-        groups.append({"name": g.name, "gpu": g.device, "nodes": g.count // dpn, "devices_per_node": dpn,
+        groups.append({"name": g.name, "gpu": g.device_spec, "nodes": g.count // dpn, "devices_per_node": dpn,
                        "intra_node": {"kind": "nvswitch", "bw_GBps": g.intra_GBps, "latency_ns": intra_latency_ns},
                        "nic": {"count": dpn, "nic_gbps": g.nic_gbps, "latency_ns": nic_latency_ns}})
     links = []

@@ -14,18 +14,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-#: int-valued attributes, in column order
-INT_ATTRS = ("duration_ns", "stream", "tid", "is_cpu_op", "comm_size", "comm_tag", "comm_src", "comm_dst",
-             "comm_type", "comm_root")
-#: string-valued attributes, in column order
-STR_ATTRS = ("pg_name", "comm_kind")
-LIST_ATTR = "ring_order"
-_ALL = INT_ATTRS + STR_ATTRS + (LIST_ATTR,)
-N_INT = len(INT_ATTRS)
-N_STR = len(STR_ATTRS)
-IS_CPU_OP = INT_ATTRS.index("is_cpu_op")
-
-OK, BAD_FRAME, BAD_WIRE, ODD_VALUE, NO_METADATA = 0, 1, 2, 3, 4
+from xsim_trace.io.et_wanted import (  # noqa: F401 - re-exported: the kernel's contract
+    ALL_ATTRS as _ALL,
+    BAD_FRAME,
+    BAD_WIRE,
+    INT_ATTRS,
+    IS_CPU_OP,
+    LIST_ATTR,
+    N_INT,
+    N_STR,
+    NO_METADATA,
+    ODD_VALUE,
+    OK,
+    STR_ATTRS,
+)
 
 
 def wanted_names() -> tuple[np.ndarray, np.ndarray]:

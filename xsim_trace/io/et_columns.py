@@ -13,11 +13,14 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from xsim_trace.io.et_wanted import INT_ATTRS
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +85,27 @@ class NodeColumns:
         return int(self.node_id.shape[0])
 
     def int_attr(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        from xsim_trace.io._et_kernel import INT_ATTRS
+        from xsim_trace.io.et_wanted import INT_ATTRS
 
         k = INT_ATTRS.index(name)
         return self.ivals[:, k], self.ihas[:, k].astype(bool)
 
 
-def _kernel():
+#: from this many bytes of rank files on, the numba kernel decodes them (where numba is installed): below,
+#: its numpy twin is cheaper than loading numba (~0.5 s of CPU per process, its import and first kernel)
+NUMBA_DECODE_MIN_BYTES = 24 << 20
+
+
+def _kernel(decoder: str | None, total_bytes: int):
+    """The numba kernel module, or None for the numpy decoder (:mod:`xsim_trace.io._et_numpy`).
+    ``decoder``: "numba", "numpy", or None to decide by size (numba where it is loaded already)."""
+    if decoder == "numpy" or (decoder is None and total_bytes < NUMBA_DECODE_MIN_BYTES and "numba" not in sys.modules):
+        return None
+    if decoder not in (None, "numba"):
+        raise ValueError(f"decoder {decoder!r}: expected 'numba', 'numpy' or None")
     try:
         from xsim_trace.io import _et_kernel
-    except ImportError:  # numba not installed: the typed reader does the work
+    except ImportError:  # numba not installed
         return None
     return _et_kernel
 
@@ -107,20 +121,29 @@ def _read_bytes(path: str) -> bytes | None:
     return data
 
 
-def read_columns(path: str | os.PathLike[str]) -> NodeColumns | None:
+def read_columns(path: str | os.PathLike[str], *, decoder: str | None = None) -> NodeColumns | None:
     """The columns of one ``.et`` file (plain or gzip), or None to read it the typed way."""
-    return read_columns_many([path])
+    return read_columns_many([path], decoder=decoder)
 
 
-def read_columns_many(paths: Sequence[str | os.PathLike[str]]) -> NodeColumns | None:
+def read_columns_many(paths: Sequence[str | os.PathLike[str]], *, decoder: str | None = None) -> NodeColumns | None:
     """The columns of several ``.et`` files as one set, in order (``rank_sizes`` says where each
-    file's nodes are), or None to read them the typed way.  Each file is read twice (once to
-    count its nodes, once to decode them into the shared arrays), so no per-file copy of the
-    columns is kept."""
-    k = _kernel()
-    if k is None:
-        return None
+    file's nodes are), or None to read them the typed way.  ``decoder``: "numba", "numpy" or None
+    (by size: :data:`NUMBA_DECODE_MIN_BYTES`); both give the same columns or both refuse."""
     names = [os.fspath(p) for p in paths]
+    try:
+        total_bytes = sum(os.path.getsize(n) for n in names)
+    except OSError:
+        return None
+    k = _kernel(decoder, total_bytes)
+    if k is None:
+        return _read_numpy(names)
+    return _read_numba(k, names)
+
+
+def _read_numba(k, names: list[str]) -> NodeColumns | None:
+    """The numba kernel's way: each file is read twice (once to count its nodes, once to decode them
+    into the shared arrays), so no per-file copy of the columns is kept."""
     sizes = []
     for name in names:
         data = _read_bytes(name)
@@ -154,12 +177,7 @@ def read_columns_many(paths: Sequence[str | os.PathLike[str]]) -> NodeColumns | 
         if status != k.OK:
             log.debug("%s: fast decoder status %d, reading it the typed way", name, status)
             return None
-        try:
-            tables.append(_names(data, name_off, name_len))
-            for j in range(k.N_STR):
-                strs[j].update(_strings(data, soff[:, j], slen[:, j], base))
-            rings.update(_rings(data, loff, llen, base))
-        except (UnicodeDecodeError, ValueError):
+        if not _strings_of(data, name_off, name_len, soff, slen, loff, llen, base, tables, strs, rings):
             return None
         dep_ptr[sl] = local_ptr[:n] + nd_base
         deps.append(local_deps[:nd].copy())
@@ -171,6 +189,74 @@ def read_columns_many(paths: Sequence[str | os.PathLike[str]]) -> NodeColumns | 
                        dep_ptr=dep_ptr, deps=np.concatenate(deps) if deps else np.zeros(0, np.int64),
                        ivals=ivals, ihas=ihas, pg_name=strs[0], comm_kind=strs[1], ring_order=rings,
                        rank_sizes=tuple(sizes))
+
+
+#: the numpy decoder walks files together in batches of about this many bytes: one walk for many small
+#: files (a 1,024-rank set of one node each), one per file of a MB (walking two at once was ~20 % slower)
+NUMPY_BATCH_BYTES = 256 << 10
+
+
+def _read_numpy(names: list[str]) -> NodeColumns | None:
+    """The numpy decoder's way: files read and decoded in batches (:func:`_et_numpy.decode_many`),
+    the batches' columns concatenated."""
+    from xsim_trace.io import _et_numpy
+
+    parts, tables, strs, rings, sizes = [], [], [{}, {}], {}, []
+    batch: list[bytes] = []
+    base = batch_bytes = 0
+    for i, name in enumerate(names):
+        data = _read_bytes(name)
+        if data is None:
+            return None
+        batch.append(data)
+        batch_bytes += len(data)
+        if i + 1 < len(names) and batch_bytes < NUMPY_BATCH_BYTES:
+            continue
+        got = _et_numpy.decode_many(batch)
+        batch, batch_bytes = [], 0
+        if not isinstance(got, tuple):
+            log.debug("numpy decoder status %s, reading the set the typed way", got)
+            return None
+        c, batch_sizes, joined = got
+        if not _strings_of(joined, c.name_off, c.name_len, c.soff, c.slen, c.loff, c.llen, base, tables, strs, rings):
+            return None
+        parts.append(c)
+        sizes.extend(batch_sizes)
+        base += c.node_id.shape[0]
+    if not parts:
+        return None
+    dep_ptr = np.zeros(base + 1, np.int64)
+    at = deps_at = 0
+    for c in parts:
+        n = c.node_id.shape[0]
+        dep_ptr[at:at + n] = c.dep_ptr[:n] + deps_at
+        at += n
+        deps_at += c.deps.shape[0]
+    dep_ptr[base] = deps_at
+
+    def cat(field: str) -> np.ndarray:
+        cols = [getattr(c, field) for c in parts]
+        return cols[0] if len(cols) == 1 else np.concatenate(cols)
+
+    return NodeColumns(source=names[0] if len(names) == 1 else None, node_id=cat("node_id"), node_type=cat("node_type"),
+                       duration_micros=cat("duration_micros"),
+                       names=NameTable.concat(tables) if len(tables) != 1 else tables[0], dep_ptr=dep_ptr,
+                       deps=cat("deps"), ivals=cat("ivals"), ihas=cat("ihas"), pg_name=strs[0], comm_kind=strs[1],
+                       ring_order=rings, rank_sizes=tuple(sizes))
+
+
+def _strings_of(data: bytes, name_off, name_len, soff, slen, loff, llen, base: int, tables: list, strs: list,
+                rings: dict) -> bool:
+    """Add one file's names, string attributes and ring orders to the set's; False where one is not
+    valid UTF-8 or a ring order does not parse (the typed reader words the error)."""
+    try:
+        tables.append(_names(data, name_off, name_len))
+        for j in range(len(strs)):
+            strs[j].update(_strings(data, soff[:, j], slen[:, j], base))
+        rings.update(_rings(data, loff, llen, base))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return True
 
 
 def _names(data: bytes, off: np.ndarray, ln: np.ndarray) -> NameTable:

@@ -11,13 +11,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from xsim_trace.errors import FormatError, GraphError
 from xsim_trace.graph.model import Trace, comm_groups_to_json
 from xsim_trace.io.atomic import atomic_write
-from xsim_trace.io.et import Progress, read_et, write_et
 from xsim_trace.io.outset import StagedSet, output_set, recover
+
+if TYPE_CHECKING:
+    from xsim_trace.io.et import Progress
 
 COMM_GROUPS_SUFFIX = ".comm_groups.json"
 #: the cluster a plan's rank set was generated for (``xsim generate --plan``), part of the set
@@ -115,7 +117,7 @@ def read_rank_set(
     for rank, path in files.items():
         if on_rank is not None:
             on_rank(rank, path)
-        traces[rank] = read_et(path, rank=rank, progress=progress)
+        traces[rank] = _et().read_et(path, rank=rank, progress=progress)
     groups_path = Path(prefix + COMM_GROUPS_SUFFIX)
     groups = read_comm_groups(groups_path) if groups_path.exists() else {}
     return RankSet(traces=traces, comm_groups=groups, prefix=prefix)
@@ -199,7 +201,7 @@ def write_rank_set(
     with rank_set_output(prefix) as out:
         for rank in sorted(traces):
             path = rank_path(out.prefix, rank, compress)
-            write_et(path, traces[rank], compress=compress, progress=progress)
+            _et().write_et(path, traces[rank], compress=compress, progress=progress)
             paths.append(path)
         if comm_groups is not None:
             paths.append(write_comm_groups(out.prefix, comm_groups))
@@ -209,3 +211,11 @@ def write_rank_set(
                 handle.write(text)
             paths.append(path)
     return [out.final(p) for p in paths]
+
+
+def _et():
+    """The protobuf reader/writer, imported where a file is read or written whole (finding rank files
+    and reading comm groups need no protobuf)."""
+    from xsim_trace.io import et
+
+    return et

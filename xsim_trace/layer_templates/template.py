@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from xsim_trace.devices import KernelClass, classify_kernel, get_device, kernel_time_ns
+from xsim_trace.devices.catalog import Catalog
+from xsim_trace.devices.spec import DeviceSpec, require_spec
 from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
@@ -58,7 +60,7 @@ class LayerTemplate:
 @dataclass(frozen=True, slots=True)
 class ModelTemplate:
     layers: tuple[LayerTemplate, ...]
-    device: str  # where it was measured (catalog name)
+    device_spec: DeviceSpec  # where it was measured (resolved in the run's catalog)
     tp: int  # TP degree it was measured at
     activation_bytes: int  # stage-boundary hidden state of one micro-batch
     layer_grad_bytes: int  # one layer's gradient, unsharded
@@ -67,6 +69,14 @@ class ModelTemplate:
     source: str = ""
     pre_grad_bytes: int = 0  # embedding gradient (DP-synchronised on first stages), unsharded
     post_grad_bytes: int = 0  # output-layer gradient (last stages)
+
+    def __post_init__(self) -> None:
+        require_spec(self.device_spec, "ModelTemplate.device_spec")
+
+    @property
+    def device(self) -> str:
+        """The measuring device's canonical catalog name."""
+        return self.device_spec.name
 
     def layer(self, index: int) -> LayerTemplate:
         """Template of model layer ``index``; a trace with fewer layers repeats them cyclically."""
@@ -104,20 +114,20 @@ def _is_bwd(n: Node) -> bool:
     return bool(_BWD_NAME.search(n.name))
 
 
-def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None = None,
-                      model: ModelSpec | None = None) -> ModelTemplate:
+def extract_templates(trace: Trace, *, device: "str | DeviceSpec | None" = None, tp: int | None = None,
+                      model: ModelSpec | None = None, catalog: Catalog | None = None) -> ModelTemplate:
     """Templates of the layers in ``trace`` (one rank; nodes in file order; of several micro-batches
     the first is taken).
 
-    ``device`` defaults to the trace's ``device_name`` metadata, ``tp`` to its ``tp_degree``
-    metadata (else 1).  Boundary activation and gradient sizes come from ``model`` when given, else
+    ``device`` defaults to the trace's ``device_name`` metadata (a name resolves in ``catalog``, the
+    run's device catalog; None = the built-in one), ``tp`` to its ``tp_degree`` metadata (else 1).  Boundary activation and gradient sizes come from ``model`` when given, else
     from the first PP send's size and the trace's DP collectives.
     """
     src = trace.source or "<trace>"
     dev_name = device or trace.metadata.attr(A.META_DEVICE)
     if not dev_name:
         raise GraphError("the trace names no device (device_name metadata); pass the device", file=src)
-    dev = get_device(str(dev_name)).name
+    dev = get_device(dev_name if isinstance(dev_name, DeviceSpec) else str(dev_name), catalog)
     tp = int(tp or trace.metadata.attr(A.META_TP, 1) or 1)
     fwd: dict[int, list[OpTemplate]] = {}
     bwd: dict[int, list[OpTemplate]] = {}
@@ -159,9 +169,9 @@ def extract_templates(trace: Trace, *, device: str | None = None, tp: int | None
         grad = dp_bytes * tp // len(layers) if dp_bytes else 0
         if not act or not grad:
             raise GraphError("cannot tell boundary activation / gradient sizes from the trace; give the model", file=src)
-    log.info("templates from %s: %d layers measured on %s at TP %d", src, len(layers), dev, tp)
+    log.info("templates from %s: %d layers measured on %s at TP %d", src, len(layers), dev.name, tp)
     return ModelTemplate(
-        layers=layers, device=dev, tp=tp, activation_bytes=act, layer_grad_bytes=grad,
+        layers=layers, device_spec=dev, tp=tp, activation_bytes=act, layer_grad_bytes=grad,
         pre=LayerTemplate(tuple(pre[0]), tuple(pre[1])) if pre[0] or pre[1] else None,
         post=LayerTemplate(tuple(post[0]), tuple(post[1])) if post[0] or post[1] else None,
         source=src, pre_grad_bytes=emb_grad if pre[0] or pre[1] else 0, post_grad_bytes=emb_grad if post[0] or post[1] else 0,
@@ -199,7 +209,7 @@ def templates_from_ops(model: ModelSpec, wmodel, dev, tp: int, source: str) -> M
     emb_grad = model.embedding_grad_bytes()
     return ModelTemplate(
         layers=(lt(layer_forward(wmodel, fw), layer_backward(wmodel, fw), 0),),
-        device=dev.name, tp=tp, activation_bytes=model.boundary_activation_bytes(),
+        device_spec=dev, tp=tp, activation_bytes=model.boundary_activation_bytes(),
         layer_grad_bytes=model.layer_grad_bytes(),
         pre=lt(embedding_forward(wmodel, fw), embedding_backward(wmodel, fw)),
         post=lt(head_forward(wmodel, fw), head_backward(wmodel, fw)),
@@ -207,10 +217,11 @@ def templates_from_ops(model: ModelSpec, wmodel, dev, tp: int, source: str) -> M
     )
 
 
-def templates_from_model(model: ModelSpec, device: str, tp: int = 1) -> ModelTemplate:
-    """Templates of one Megatron-style layer (and embedding / head) at TP ``tp`` on ``device``:
-    the workload generator's per-rank ops (:mod:`xsim_trace.workload.ops`), timed by the device
-    catalog's roofline.  The TP collectives are the generator's (all-reduce without SP)."""
+def templates_from_model(model: ModelSpec, device: "str | DeviceSpec", tp: int = 1) -> ModelTemplate:
+    """Templates of one Megatron-style layer (and embedding / head) at TP ``tp`` on ``device`` (a
+    resolved DeviceSpec; a name is looked up in the built-in catalog): the workload generator's
+    per-rank ops (:mod:`xsim_trace.workload.ops`), timed by the device catalog's roofline.  The TP
+    collectives are the generator's (all-reduce without SP)."""
     dev = get_device(device)
     return templates_from_ops(model, model.to_workload(), dev, tp, f"roofline:{model.name or 'model'}@{dev.name}/tp{tp}")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from xsim_trace.devices import get_device
 from xsim_trace.layer_templates.template import LayerTemplate, ModelTemplate, OpTemplate, templates_from_ops
 from xsim_trace.plan.model_spec import ModelSpec
 
@@ -50,7 +49,7 @@ def at_tp(template: ModelTemplate, tp: int, model: ModelSpec, wmodel=None) -> Mo
     ep, etp = model.expert_split(tp)
     mbs = model.micro_batch_size
     Program(wmodel, Framework(tp=tp, micro_batch=mbs, global_batch=mbs, ep=ep, etp=etp))  # the generator's checks
-    gen = templates_from_ops(model, wmodel, get_device(template.device), tp, "tp-collectives")
+    gen = templates_from_ops(model, wmodel, template.device_spec, tp, "tp-collectives")
     layers = tuple(merged(lt, gen.layer(0)) for lt in template.layers)
     pre = merged(template.pre, gen.pre) if template.pre is not None and gen.pre is not None else template.pre
     post = merged(template.post, gen.post) if template.post is not None and gen.post is not None else template.post

@@ -32,7 +32,8 @@ from xsim_trace.network.protocol import BackendCapabilities, Flow, TopologyLike
 
 class AnalyticalBackend(FlowChecks):
     name: ClassVar[str] = "analytical"
-    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(closed_form=True, endpoint_sharing=True)
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(closed_form=True, endpoint_sharing=True,
+                                                                      port_booking=True)
 
     def __init__(self, topology: TopologyLike, *, rounding: str = "floor", endpoint_sharing: bool = True) -> None:
         self.topology = topology

@@ -2,7 +2,7 @@
 
 Every vertex of the topology (GPU, NIC, switch, ...) becomes an NS-3 node; every pair of
 directed links between two vertices becomes one point-to-point channel whose two devices
-send at the two links' rates (``bw_GBps`` * 8e9 bit/s) with the link's ``latency_ns`` as
+send at the two links' rates (``bw_GBps`` in bit/s, ``units.GBps_to_bits_per_s``) with the link's ``latency_ns`` as
 propagation delay.  A flow is a TCP bulk transfer of ``size_bytes`` along
 ``topology.route(src, dst)`` (host routes installed hop by hop; ACKs follow ``route(dst, src)``);
 it finishes when its last byte reaches the sink.
@@ -21,6 +21,7 @@ import heapq
 import importlib.util
 import json
 import logging
+import math
 import os
 import selectors
 import subprocess
@@ -28,11 +29,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 from xsim_trace.errors import BackendError
 from xsim_trace.network.protocol import BackendCapabilities, Flow
+from xsim_trace.units import GBps_to_bits_per_s
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,16 @@ class Ns3Config:
 
     mtu_bytes: int = 9000
     tcp_buffer_bytes: int = 1 << 25
-    queue_packets: int = 1000
+    #: every switch port's drop-tail FIFO.  Deep by default: the fabrics NCCL runs on drop nothing (IB
+    #: credits, RoCE PFC, NVLink); at 1,000 a 16 MiB all-to-all on dgx-a100:2 lost packets at the receivers'
+    #: ports and waited NS-3's 1 s minimum retransmission timeout (1.2 s instead of 0.38 ms).  Set it low
+    #: to study lossy TCP (incast collapse)
+    queue_packets: int = 100_000
+    #: the egress queue of a rank's own ports (the sender's NIC / GPU port): a host does not drop its
+    #: own packets (Linux's qdisc pushes back on the socket instead).  At ``queue_packets`` a warm
+    #: connection's whole window, sent at once after an idle gap, overflowed it and waited for NS-3's
+    #: 1 s minimum retransmission timeout (a second 16 MiB flow on one pair: 1.4 s instead of 0.67 ms)
+    host_queue_packets: int = 1 << 20
     send_size_bytes: int = 1 << 16
     del_ack_count: int = 2
     #: Cubic's HyStart (leave slow start early on a rising RTT or a dense ACK train).  Off by default:
@@ -97,6 +108,15 @@ class Ns3Config:
     #: are consecutive byte ranges of its stream (FIFO), like NCCL's long-lived connections;
     #: "per-flow": a new TCP connection (handshake, slow start) for every flow
     connections: str = "persistent"
+    #: persistent connections only: open every rank pair's connection before time 0 (its handshake
+    #: done), as NCCL sets its connections up with the communicator, not inside the step it times;
+    #: and start each connection's window at twice its path's bandwidth-delay product, since RDMA, what
+    #: NCCL runs on, has no slow start (NS-3's 10-segment start cost a lone flow 1 - 3 round trips).
+    #: False: the handshake and slow start on a pair's first flow (TCP as is)
+    warm_connections: bool = True
+    #: warm at most this many ordered rank pairs up front (n ranks: n (n - 1)); with more, each
+    #: connection opens at its pair's first flow (the warm window still applies)
+    warm_max_pairs: int = 4096
     #: further NS-3 attribute defaults as (name, text value), e.g. ("ns3::TcpL4Protocol::SocketType", "ns3::TcpNewReno")
     defaults: tuple[tuple[str, str], ...] = ()
     #: wall-clock limit for one request to the worker (seconds; env XSIM_NS3_TIMEOUT_S, default 600):
@@ -108,7 +128,8 @@ class Ns3Config:
     def __post_init__(self) -> None:
         if not 576 <= self.mtu_bytes <= 65535:
             raise BackendError(f"expected an MTU in [576, 65535] bytes, found {self.mtu_bytes}", field="mtu_bytes")
-        for name in ("tcp_buffer_bytes", "queue_packets", "send_size_bytes", "del_ack_count"):
+        for name in ("tcp_buffer_bytes", "queue_packets", "host_queue_packets", "send_size_bytes", "del_ack_count",
+                     "warm_max_pairs"):
             if int(getattr(self, name)) < 1:
                 raise BackendError(f"expected a positive integer, found {getattr(self, name)}", field=name)
         if self.connections not in ("persistent", "per-flow"):
@@ -120,6 +141,7 @@ class Ns3Config:
         d = asdict(self)
         d["defaults"] = [["ns3::TcpCubic::HyStart", "true" if self.hystart else "false"], *(list(p) for p in self.defaults)]
         d.pop("hystart")
+        d.pop("warm_max_pairs")
         d.pop("timeout_s")
         d.pop("startup_timeout_s")
         return d
@@ -134,9 +156,10 @@ class _TopologySpec:
     vertex_index: dict[Hashable, int]
     links: list[list[float]]  # [u, v, bps u->v, bps v->u, delay_ns]
     link_count: int
+    hosts: tuple[int, ...] = ()  # vertex indices of the ranks (flow endpoints)
 
     def wire(self) -> dict[str, Any]:
-        return {"n_vertices": len(self.vertex_index), "links": self.links}
+        return {"n_vertices": len(self.vertex_index), "links": self.links, "hosts": list(self.hosts)}
 
 
 def _link_ends(link: Any) -> tuple[Hashable, Hashable]:
@@ -172,7 +195,7 @@ def topology_spec(topology: Any) -> _TopologySpec:
         u, v = index.setdefault(a, len(index)), index.setdefault(b, len(index))
         if u == v:
             continue
-        bps = round(bw * 8e9)
+        bps = round(GBps_to_bits_per_s(bw))
         key = (min(u, v), max(u, v))
         if key not in pairs:  # one direction seen: the other defaults to the same rate until seen
             pairs[key] = [key[0], key[1], bps, bps, lat, 0]
@@ -186,7 +209,9 @@ def topology_spec(topology: Any) -> _TopologySpec:
             log.info("link %s->%s: asymmetric latency, NS-3 uses %d ns both ways", a, b, entry[4])
         entry[5] |= seen_bit
     links = [e[:5] for e in pairs.values()]
-    return _TopologySpec(index, links, count)
+    ranks = getattr(topology, "num_ranks", None)  # the ranks are the integer vertices 0..num_ranks-1
+    hosts = tuple(i for v, i in index.items() if type(v) is int and (ranks is None or 0 <= v < int(ranks)))
+    return _TopologySpec(index, links, count, hosts)
 
 
 def route_vertices(topology: Any, src: int, dst: int) -> list[Hashable]:
@@ -377,9 +402,10 @@ class Ns3Backend:
     """
 
     name: ClassVar[str] = "ns3"
-    #: ``next_completion_ns(horizon_ns=h)`` is understood (see there); a worker process to close
-    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(horizon_hint=True, endpoint_sharing=True,
-                                                                      needs_close=True)
+    #: ``next_completion_ns(horizon_ns=h)`` is understood (see there); a worker process to close; an
+    #: instance whose connections are all warm (``Ns3Config.warm_connections``) also declares
+    #: ``lone_flow_timing`` (:meth:`lone_flow_ns`)
+    capabilities: BackendCapabilities = BackendCapabilities(horizon_hint=True, endpoint_sharing=True, needs_close=True)
 
     def __init__(self, topology: Any, config: Ns3Config | None = None) -> None:
         reason = ns3_unusable_reason()
@@ -397,12 +423,19 @@ class Ns3Backend:
         self.wall_s = 0.0
         #: op -> (requests, wall seconds) spent in the worker, for cost breakdowns
         self.op_stats: dict[str, tuple[int, float]] = {}
+        self._windows: dict[tuple[int, int], int] = {}
+        self._hops = {}  # (u, v) vertex indices -> (bits/s, latency ns) of that direction
+        for u, v, bps_uv, bps_vu, lat in self.spec.links:
+            self._hops[(u, v)] = (bps_uv, lat)
+            self._hops[(v, u)] = (bps_vu, lat)
         t0 = time.perf_counter()
+        session: dict[str, Any] = {"op": "session", "topology": self.spec.wire(), "config": self.config.wire()}
+        warm = self._warm_pairs()
+        if warm is not None:
+            session["warm"] = warm
+            self.capabilities = replace(type(self).capabilities, lone_flow_timing=True)
         try:
-            hello = self._worker.request(
-                {"op": "session", "topology": self.spec.wire(), "config": self.config.wire()},
-                self.config.timeout_s,
-            )
+            hello = self._worker.request(session, self.config.timeout_s)
         except BackendError:
             self._worker.kill()
             raise
@@ -445,6 +478,73 @@ class Ns3Backend:
             self._routes[key] = (fwd, rev)
         return self._routes[key]
 
+    def _warm_window(self, fwd: list[int]) -> int:
+        """Initial window (segments) of a warm connection along ``fwd``: twice the path's bandwidth-delay
+        product (round trip: the latencies both ways plus one packet's serialisation per hop); 0 (NS-3's
+        default) unless ``warm_connections``."""
+        if not (self.config.warm_connections and self.config.connections == "persistent"):
+            return 0
+        hops = [self._hops[(a, b)] for a, b in zip(fwd[:-1], fwd[1:])]
+        bottleneck_Bpns = min(bps for bps, _ in hops) / 8e9
+        rtt_ns = sum(2 * lat + self.config.mtu_bytes * 8e9 / bps for bps, lat in hops)
+        segment = self.config.mtu_bytes - 52
+        return max(10, math.ceil(2 * bottleneck_Bpns * rtt_ns / segment))
+
+    def lone_flow_ns(self, src: int, dst: int, size_bytes: int) -> float:
+        """A flow alone on a warm connection (its window is no limit): its packets stored and forwarded
+        hop by hop (each segment plus 52 bytes of TCP/IP header), the last one landing at the
+        latest of, over the hops, the first packet up to the hop, every packet through it and the last
+        packet after it; plus the path latency and the 1 ns a flow enters late (the clock quirk)."""
+        if size_bytes <= 0 or src == dst:
+            return 0.0
+        fwd, _ = self._paths(src, dst)
+        if len(fwd) < 2:
+            return 0.0
+        hops = [self._hops[(a, b)] for a, b in zip(fwd[:-1], fwd[1:])]
+        segment, header = self.config.mtu_bytes - 52, 52  # a full packet is the MTU on the wire (measured)
+        n = -(-size_bytes // segment)
+        first = min(size_bytes, segment) + header
+        last = size_bytes - (n - 1) * segment + header
+        wire = size_bytes + n * header
+        ns_per_byte = [8e9 / bps for bps, _ in hops]
+        before = after = 0.0
+        worst = 0.0
+        for k in range(len(hops)):
+            after = sum(last * x for x in ns_per_byte[k + 1:])
+            worst = max(worst, before + wire * ns_per_byte[k] + after)
+            before += first * ns_per_byte[k]
+        return worst + sum(lat for _, lat in hops) + 1
+
+    def _window(self, src: int, dst: int, fwd: list[int]) -> int:
+        w = self._windows.get((src, dst))
+        if w is None:
+            w = self._windows[(src, dst)] = self._warm_window(fwd)
+        return w
+
+    def _warm_pairs(self) -> dict[str, Any] | None:
+        """The session's warm-up: every ordered pair of ranks with its paths and window, and the step the
+        worker runs it in (four of the longest round trips, at least 20 us) until every connection is open
+        and has carried two segments, then once more for their ACKs."""
+        hosts = [v for v in self.spec.vertex_index if type(v) is int and self.spec.vertex_index[v] in self.spec.hosts]
+        n = len(hosts)
+        if not (self.config.warm_connections and self.config.connections == "persistent") or n < 2:
+            return None
+        if n * (n - 1) > self.config.warm_max_pairs:
+            log.info("ns3: %d rank pairs > warm_max_pairs %d: connections open at their first flow",
+                     n * (n - 1), self.config.warm_max_pairs)
+            return None
+        pairs, longest_ns = [], 0.0
+        for a in hosts:
+            for b in hosts:
+                if a == b:
+                    continue
+                fwd, rev = self._paths(a, b)
+                if len(fwd) < 2:
+                    continue
+                pairs.append([fwd, rev, self._window(a, b, fwd)])
+                longest_ns = max(longest_ns, sum(self._hops[(x, y)][1] for x, y in zip(fwd[:-1], fwd[1:])))
+        return {"pairs": pairs, "ns": max(20_000, math.ceil(8 * longest_ns))}
+
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         if now_ns < self._now_ns:
             raise BackendError(f"flow {flow.flow_id} starts at {now_ns} ns, before the clock ({self._now_ns} ns)")
@@ -463,7 +563,8 @@ class Ns3Backend:
             heapq.heappush(self._local, (now_ns, flow.flow_id))
             self._active.add(flow.flow_id)
             return
-        self._call({"op": "start", "id": flow.flow_id, "size": flow.size_bytes, "t": now_ns, "path": fwd, "rpath": rev})
+        self._call({"op": "start", "id": flow.flow_id, "size": flow.size_bytes, "t": now_ns, "path": fwd, "rpath": rev,
+                    "cwnd": self._window(flow.src, flow.dst, fwd)})
         self._active.add(flow.flow_id)
 
     def next_completion_ns(self, horizon_ns: int | None = None) -> int | None:

@@ -100,7 +100,7 @@ struct Tracker {
     }
   }
   static uint32_t OpenPair(ns3::Ptr<ns3::Node> src, ns3::Ptr<ns3::Node> dst, ns3::Ipv4Address dst_addr,
-                           uint16_t port) {
+                           uint16_t port, uint32_t init_cwnd) {
     ns3::PacketSinkHelper sinkh("ns3::TcpSocketFactory",
                                 ns3::InetSocketAddress(ns3::Ipv4Address::GetAny(), port));
     ns3::ApplicationContainer apps = sinkh.Install(dst);
@@ -109,11 +109,21 @@ struct Tracker {
     pairs.emplace_back();
     apps.Get(0)->TraceConnectWithoutContext("Rx", ns3::MakeBoundCallback(&Tracker::OnPairRx, id));
     ns3::Ptr<ns3::Socket> s = ns3::Socket::CreateSocket(src, ns3::TcpSocketFactory::GetTypeId());
+    if (init_cwnd > 0) s->SetAttribute("InitialCwnd", ns3::UintegerValue(init_cwnd));
     s->Bind();
     s->Connect(ns3::InetSocketAddress(dst_addr, port));
     s->SetSendCallback(ns3::MakeBoundCallback(&Tracker::OnSpace, id));
     pairs[id].sock = s;
     return id;
+  }
+  // Warm-up bytes that no flow waits for: they make the receiver ACK with its scaled window.
+  static void Prime(uint32_t id, uint64_t n) {
+    pairs[id].queued += n;
+    Pump(id);
+  }
+  static bool AllReceived() {
+    for (const Pair& p : pairs) if (p.received < p.queued) return false;
+    return true;
   }
   static void AddToPair(uint32_t id, uint32_t idx) {
     Pair& p = pairs[id];
@@ -175,11 +185,14 @@ class _Session:
         self.T = tracker
         mtu = int(config.get("mtu_bytes", 9000))
         buf = int(config.get("tcp_buffer_bytes", 1 << 25))
+        self.segment = mtu - 52
         ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(mtu - 52))
         ns.Config.SetDefault("ns3::TcpSocket::SndBufSize", ns.UintegerValue(buf))
         ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(buf))
         ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(int(config.get("del_ack_count", 2))))
-        queue = str(config.get("queue_packets", 1000)) + "p"
+        queue = str(config.get("queue_packets", 100_000)) + "p"
+        host_queue = str(config.get("host_queue_packets", 1 << 20)) + "p"
+        hosts = {int(h) for h in topology.get("hosts", ())}
         for name, value in config.get("defaults", ()):  # any other NS-3 attribute default, as text
             ns.Config.SetDefault(str(name), ns.StringValue(str(value)))
         self.send_size = int(config.get("send_size_bytes", 1 << 16))
@@ -195,9 +208,12 @@ class _Session:
         self.static = [srh.GetStaticRouting(ip) for ip in self.ipv4]
         addr = ns.Ipv4AddressHelper()
         addr.SetBase(ns.Ipv4Address("10.0.0.0"), ns.Ipv4Mask("255.255.255.252"))
-        # every output port: one drop-tail FIFO of queue_packets (instead of NS-3's default FqCoDel)
+        # every output port: one drop-tail FIFO of queue_packets (instead of NS-3's default FqCoDel); a
+        # rank's own ports host_queue_packets (a host does not drop what it sends itself)
         tch = ns.TrafficControlHelper()
         tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", ns.QueueSizeValue(ns.QueueSize(queue)))
+        host_tch = ns.TrafficControlHelper()
+        host_tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", ns.QueueSizeValue(ns.QueueSize(host_queue)))
         p2p = ns.PointToPointHelper()
         p2p.SetDeviceAttribute("Mtu", ns.UintegerValue(mtu))
         # (u, v) -> (interface index on u, address of v on that link)
@@ -208,7 +224,8 @@ class _Session:
             devs = p2p.Install(self.nodes.Get(int(u)), self.nodes.Get(int(v)))
             devs.Get(0).SetAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(bps_uv))))
             devs.Get(1).SetAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(bps_vu))))
-            tch.Install(devs)
+            for end, dev in ((int(u), devs.Get(0)), (int(v), devs.Get(1))):
+                (host_tch if end in hosts else tch).Install(dev)
             ifs = addr.Assign(devs)
             addr.NewNetwork()
             iu = self.ipv4[int(u)].GetInterfaceForDevice(devs.Get(0))
@@ -222,6 +239,7 @@ class _Session:
         self.flow_of_idx: dict[int, int] = {}
         self.reported: set[int] = set()
         self.spec_cache: int | None | bool = False  # False = unknown
+        self.t0 = 0  # NS-3 time of the caller's time 0 (after the warm-up, see warm)
 
     # -- routing -------------------------------------------------------------------------
     def _install_path(self, path: list[int], dst_addr: Any) -> None:
@@ -236,9 +254,54 @@ class _Session:
             elif prev != iface:  # destination-based routing: the first path installed wins
                 self.route_conflicts += 1
 
+    def _install_routes(self, path: list[int], rpath: list[int]) -> Any:
+        """Routes for ``path`` and its ACKs (``rpath``); the destination's address on ``path``'s last link."""
+        # TCP picks the address of the first hop's interface as source; ACKs are routed to it
+        dst_addr = self.hop[(path[-2], path[-1])][1]
+        src_addr = self.hop[(path[1], path[0])][1]
+        self._install_path(path, dst_addr)
+        self._install_path(rpath, src_addr)
+        return dst_addr
+
+    def _open_pair(self, path: list[int], rpath: list[int], cwnd: int) -> int:
+        """The persistent connection ``path[0] -> path[-1]`` (SYN sent now), its initial window ``cwnd``
+        segments (0: NS-3's default)."""
+        src, dst = path[0], path[-1]
+        dst_addr = self._install_routes(path, rpath)
+        pid = int(self.T.OpenPair(self.nodes.Get(src), self.nodes.Get(dst), dst_addr, self._port(dst), cwnd))
+        self.pair_of[(src, dst)] = pid
+        return pid
+
+    def warm(self, pairs: list, warm_ns: int) -> None:
+        """Open the persistent connection of every pair in ``pairs`` (``[path, rpath, cwnd]``) and run
+        ``warm_ns`` before the caller's time 0, so that their handshakes are done when flows start, as
+        NCCL's connections are set up when its communicator is."""
+        self.T.RunFor(1)  # as start's run_to: sockets made before NS-3 first ran crash (its Time set-up)
+        for path, rpath, cwnd in pairs:
+            path, rpath = [int(v) for v in path], [int(v) for v in rpath]
+            for a, b in zip(path[:-1], path[1:]):
+                if (a, b) not in self.hop:
+                    raise ValueError(f"warm connection: no link between vertices {a} and {b}")
+            if (path[0], path[-1]) not in self.pair_of:
+                pid = self._open_pair(path, rpath, int(cwnd))
+                # two segments (an ACK at once, DelAckCount 2): until the receiver ACKs data, the sender
+                # knows only the SYN-ACK's unscaled window, 64 KiB, and a first flow above it waits a round trip
+                self.T.Prime(pid, 2 * self.segment)
+        step = max(int(warm_ns), 1)
+        for _ in range(10_000):  # until every warm-up byte is in (at most 10,000 steps)
+            self.T.RunFor(step)
+            if self.T.AllReceived():
+                break
+        self.T.RunFor(step)  # and the last ACKs are back
+        self.t0 = int(self.T.NowNs())
+
     # -- ops -------------------------------------------------------------------------------
+    def now_ns(self) -> int:
+        """The caller's clock: NS-3's less the warm-up before time 0."""
+        return int(self.T.NowNs()) - self.t0
+
     def run_to(self, t_ns: int) -> None:
-        now = int(self.T.NowNs())
+        now = self.now_ns()
         if t_ns + 1 > now:
             self.T.RunFor(t_ns + 1 - now)
 
@@ -252,11 +315,7 @@ class _Session:
         for a, b in zip(path[:-1], path[1:]):
             if (a, b) not in self.hop:
                 raise ValueError(f"flow {msg['id']}: no link between vertices {a} and {b}")
-        # TCP picks the address of the first hop's interface as source; ACKs are routed to it
-        dst_addr = self.hop[(path[-2], path[-1])][1]
-        src_addr = self.hop[(path[1], path[0])][1]
-        self._install_path(path, dst_addr)
-        self._install_path(rpath, src_addr)
+        dst_addr = self._install_routes(path, rpath)
         src, dst = path[0], path[-1]
         idx = int(T.Add(int(msg["size"])))
         self.flow_of_idx[idx] = int(msg["id"])
@@ -264,10 +323,9 @@ class _Session:
         if self.persistent:
             pid = self.pair_of.get((src, dst))
             if pid is None:
-                pid = int(T.OpenPair(self.nodes.Get(src), self.nodes.Get(dst), dst_addr, self._port(dst)))
-                self.pair_of[(src, dst)] = pid
+                pid = self._open_pair(path, rpath, int(msg.get("cwnd", 0)))
             T.AddToPair(pid, idx)
-            return {"ok": True, "t_ns": int(T.NowNs())}
+            return {"ok": True, "t_ns": self.now_ns()}
         port = self._port(dst)
         any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
         sink = ns.PacketSinkHelper("ns3::TcpSocketFactory", any_addr).Install(self.nodes.Get(dst))
@@ -279,7 +337,7 @@ class _Session:
         app = bulk.Install(self.nodes.Get(src))
         app.Start(ns.Seconds(0))
         self.keep.append((sink, app))
-        return {"ok": True, "t_ns": int(T.NowNs())}
+        return {"ok": True, "t_ns": self.now_ns()}
 
     def _port(self, dst: int) -> int:
         port = self.port_next.get(dst, 1024)
@@ -290,7 +348,7 @@ class _Session:
         out = []
         for i in range(int(self.T.FreshCount())):
             idx = int(self.T.FreshAt(i))
-            out.append((int(self.T.done_ns[idx]), self.flow_of_idx[idx]))
+            out.append((int(self.T.done_ns[idx]) - self.t0, self.flow_of_idx[idx]))
         return out
 
     def next(self, msg: dict) -> dict:
@@ -303,7 +361,7 @@ class _Session:
         if active <= 0:
             return {"ok": True, "t": None}
         h = msg.get("horizon")
-        now = int(self.T.NowNs())
+        now = self.now_ns()
         if h is not None and int(h) + 1 >= now:
             # the caller starts nothing before h: run the real simulation, no copy, up to the first
             # completion or h (+1 so that events stamped h run), whichever comes first
@@ -365,7 +423,7 @@ class _Session:
             T.fresh.push_back(idx_of[fid])
         for _, fid in done:
             self.reported.add(fid)
-        return {"ok": True, "done": [[fid, ft] for ft, fid in done], "t_ns": int(T.NowNs())}
+        return {"ok": True, "done": [[fid, ft] for ft, fid in done], "t_ns": self.now_ns()}
 
 
 def _ns3_version() -> str | None:
@@ -398,6 +456,9 @@ def _serve_session(proto: Any, ns: Any, tracker: Any, first: dict, lines: Any) -
 
     try:
         session = _Session(ns, tracker, first["topology"], first.get("config", {}))
+        warm = first.get("warm")
+        if warm:
+            session.warm(warm["pairs"], int(warm["ns"]))
     except Exception as exc:  # noqa: BLE001 - reported over the pipe, the caller raises
         reply({"ok": False, "error": f"cannot build the NS-3 topology: {type(exc).__name__}: {exc}"})
         return
@@ -413,7 +474,7 @@ def _serve_session(proto: Any, ns: Any, tracker: Any, first: dict, lines: Any) -
             elif op == "advance":
                 reply(session.advance(msg))
             elif op == "stats":
-                reply({"ok": True, "now_ns": int(tracker.NowNs()), "route_conflicts": session.route_conflicts})
+                reply({"ok": True, "now_ns": session.now_ns(), "route_conflicts": session.route_conflicts})
             elif op == "close":
                 reply({"ok": True})
                 return

@@ -22,6 +22,9 @@ with :func:`capabilities_of` and use the matching protocol:
   bandwidth, even where the backend models no other contention;
 - ``prices_collectives``: the backend is a :class:`CollectivePricing` (a collective's duration
   from a cost model, without flows);
+- ``port_booking``: the backend is a :class:`PortBookedFlows`: a flow's completion is fixed when it
+  starts, by booking the endpoint ports of its route first come, first served, so a compiled loop can
+  time point-to-point transfers without the backend's events;
 - ``lone_flow_timing``: the backend is a :class:`LoneFlowTiming`: the duration of one flow alone in
   the network, in closed form (what it adds to ``size / bottleneck``: latency, chunk pipelining);
 - ``needs_close``: the backend holds a resource (a worker process); call ``close()`` when done.
@@ -57,6 +60,7 @@ class BackendCapabilities:
     contention_free: bool = False
     endpoint_sharing: bool = False
     prices_collectives: bool = False
+    port_booking: bool = False
     lone_flow_timing: bool = False
     needs_close: bool = False
 
@@ -115,7 +119,7 @@ class TransferPricing(Protocol):
 
 @runtime_checkable
 class PortBookedFlows(Protocol):
-    """A flow's completion is fixed when it starts: ``start + to_ns(latency + x)`` where ``x`` is the
+    """``capabilities.port_booking``: a flow's completion is fixed when it starts: ``start + to_ns(latency + x)`` where ``x`` is the
     longest of ``size / bottleneck`` and, on each endpoint port of its route, the port's residual
     booking ``max(booked - start, 0)`` plus ``size / port_bw``; the port is then booked to
     ``start + to_ns(that)`` (``rounding``: floor or ceil, as ``_common.to_ns``).  The analytical

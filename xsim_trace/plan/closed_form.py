@@ -25,6 +25,7 @@ from xsim_trace.plan.model import Plan, PipelinePlan
 from xsim_trace.plan.stage_cost import StageCost, best_counts, pipeline_ns, ring_allreduce_ns
 from xsim_trace.plan.dp_intervals import Segment, dp_intervals
 from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
+from xsim_trace.units import gbps_to_GBps
 
 #: share of a layer's forward + backward time that is backward (2 of 3 GEMM passes)
 BACKWARD_SHARE = 2 / 3
@@ -134,7 +135,7 @@ def dp_sync_ns(plan: Plan, nbytes: float, members: int, stages: list, one_node: 
     out = 0.0
     for st in stages:
         for g in plan.stage_groups(st):
-            out = max(out, ring_allreduce_ns(nbytes / st.tp, members, g.intra_GBps if intra else g.nic_gbps / 8.0))
+            out = max(out, ring_allreduce_ns(nbytes / st.tp, members, g.intra_GBps if intra else gbps_to_GBps(g.nic_gbps)))
     return out
 
 

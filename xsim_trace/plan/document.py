@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from xsim_trace.devices import get_device
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.plan.model_spec import ModelSpec
 from xsim_trace.plan.partition import _chunked
@@ -14,16 +13,16 @@ from xsim_trace.plan.model import DeviceGroup, Plan, StagePlan
 
 
 def groups_from_cluster(cluster: Any) -> tuple[DeviceGroup, ...]:
-    """A plan device group per cluster group: its GPU, devices, NVLink and per-device NIC bandwidth."""
+    """A plan device group per cluster group: its GPU (the spec the cluster loader resolved),
+    devices, NVLink and per-device NIC bandwidth."""
     out = []
     for i, g in enumerate(cluster.groups):
-        try:
-            dev = get_device(g.gpu_type).name
-        except XsimError:
-            raise ConfigError(f"GPU type {g.gpu_type!r} is not in the device catalog; the search needs its "
-                              f"FLOP/s and memory", field=f"groups[{i}].gpu") from None
+        if g.device_spec is None:
+            raise ConfigError(f"GPU type {g.gpu_type!r} has no device specs; the search needs its FLOP/s and memory "
+                              f"(name a device of the catalog or of --device-file)", field=f"groups[{i}].gpu")
         nic = g.nic.count * g.nic.nic_gbps / g.devices_per_node if g.nic is not None else 400.0
-        out.append(DeviceGroup(g.name, dev, g.count, g.devices_per_node, float(g.intra.bw_GBps or 0.0), float(nic)))
+        out.append(DeviceGroup(g.name, g.device_spec, g.count, g.devices_per_node, float(g.intra.bw_GBps or 0.0),
+                               float(nic)))
     return tuple(out)
 
 
@@ -32,10 +31,8 @@ def check_plan_fits(plan: Plan, cluster: Any, *, source: str | None = None) -> N
     and GPU, else the cluster's devices of that GPU type not claimed by other plan groups."""
     have: dict[str, int] = {}
     for g in cluster.groups:
-        try:
-            have[get_device(g.gpu_type).name] = have.get(get_device(g.gpu_type).name, 0) + g.count
-        except XsimError:
-            continue
+        if g.device_spec is not None:
+            have[g.device_spec.name] = have.get(g.device_spec.name, 0) + g.count
     used: dict[str, int] = {}
     for i, g in enumerate(plan.groups):
         need = sum(k for p in plan.pipelines for st in p.stages for name, k in st.parts if name == g.name)

@@ -9,22 +9,16 @@ chunk); stages without layers are filled by the plan's ``partition`` (``auto`` o
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 
-from xsim_trace.devices import get_device
-from xsim_trace.devices.spec import DeviceSpec
+from xsim_trace.devices.spec import DeviceSpec, require_spec
 from xsim_trace.errors import ConfigError
 from xsim_trace.plan.model_spec import ModelSpec
 from xsim_trace.plan.reshard import ReshardStrategy
 from xsim_trace.plan.schedules import Schedule
+from xsim_trace.units import gbps_to_GBps
 
 DP_STRATEGIES = ("lcm-rings", "single-ring")
-
-
-@functools.lru_cache(maxsize=None)
-def _device_spec(name: str) -> DeviceSpec:
-    return get_device(name)
 RING_ORDERS = ("bandwidth", "as-given")
 PARTITIONS = ("given", "auto", "uniform")
 
@@ -32,14 +26,22 @@ PARTITIONS = ("given", "auto", "uniform")
 @dataclass(frozen=True, slots=True)
 class DeviceGroup:
     name: str
-    device: str  # canonical catalog name
+    device_spec: DeviceSpec  # resolved at the boundary, in the run's catalog (built-in + --device-file)
     count: int
     devices_per_node: int = 8
     intra_node_GBps: float = 0.0  # 0 = the device's NVLink (one direction)
     nic_gbps: float = 400.0  # per device, inter-node
 
+    def __post_init__(self) -> None:
+        require_spec(self.device_spec, "DeviceGroup.device_spec")
+
+    @property
+    def device(self) -> str:
+        """The device's canonical catalog name (for messages, keys and documents)."""
+        return self.device_spec.name
+
     def spec(self) -> DeviceSpec:
-        return _device_spec(self.device)
+        return self.device_spec
 
     @property
     def intra_GBps(self) -> float:
@@ -106,7 +108,7 @@ class Plan:
         groups = self.stage_groups(st)
         if len(groups) == 1:
             return groups[0].intra_GBps
-        return min(g.nic_gbps for g in groups) / 8.0
+        return gbps_to_GBps(min(g.nic_gbps for g in groups))
 
     def group(self, name: str) -> DeviceGroup:
         for g in self.groups:

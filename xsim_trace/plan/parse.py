@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from xsim_trace.cluster.load import MAX_DEVICES
 from xsim_trace.devices import get_device
+from xsim_trace.devices.catalog import Catalog
 from xsim_trace.errors import ConfigError
 from xsim_trace.plan.model import DP_STRATEGIES, PARTITIONS, RING_ORDERS, DeviceGroup, PipelinePlan, Plan, StagePlan
 from xsim_trace.plan.model_spec import ModelSpec
@@ -162,9 +163,11 @@ def _stage_groups(c: _Ctx, s: Mapping[str, Any], ws: str, groups: list[DeviceGro
     return split[0][0], tp, (tuple(split) if len(split) > 1 else ())
 
 
-def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -> Plan:
+def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True, catalog: "Catalog | None" = None) -> Plan:
     """A validated plan from a parsed mapping; ``memory=False`` skips the per-device memory check
-    (for callers that report memory instead, e.g. ``xsim generate``)."""
+    (for callers that report memory instead, e.g. ``xsim generate``).  Device names resolve in
+    ``catalog`` (the run's: ``devices.catalog_for(--device-file)``; None = the built-in one), once:
+    the groups carry the DeviceSpecs."""
     c = _Ctx(file)
     if not isinstance(data, Mapping):
         raise ConfigError(f"a plan is a mapping, found {type(data).__name__}", file=file)
@@ -182,11 +185,11 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True) -
             raise c.err(f"duplicate device group name {name!r}", w + "name")
         dev = c.get(g, "device", w, str)
         try:
-            spec = get_device(dev)
+            spec = get_device(dev, catalog)
         except ConfigError as exc:
             raise c.err(exc.message, w + "device") from None
         groups.append(DeviceGroup(
-            name=name, device=spec.name, count=c.positive(g, "count", w, maximum=MAX_DEVICES),
+            name=name, device_spec=spec, count=c.positive(g, "count", w, maximum=MAX_DEVICES),
             devices_per_node=c.positive(g, "devices_per_node", w, 8, maximum=MAX_DEVICES),
             intra_node_GBps=c.get(g, "intra_node_GBps", w, float, 0.0),
             nic_gbps=c.get(g, "nic_gbps", w, float, 400.0),
@@ -252,6 +255,7 @@ def read_plan_document(path: str | os.PathLike[str]) -> Any:
     return load_document(path, "plan")
 
 
-def load_plan(path: str | os.PathLike[str], *, memory: bool = True) -> Plan:
-    """Read a YAML or JSON plan file and validate it (``memory=False``: without the memory check)."""
-    return plan_from_mapping(read_plan_document(path), str(Path(path)), memory=memory)
+def load_plan(path: str | os.PathLike[str], *, memory: bool = True, catalog: "Catalog | None" = None) -> Plan:
+    """Read a YAML or JSON plan file and validate it (``memory=False``: without the memory check);
+    its devices resolve in ``catalog`` (None: the built-in one)."""
+    return plan_from_mapping(read_plan_document(path), str(Path(path)), memory=memory, catalog=catalog)

@@ -12,6 +12,7 @@ from xsim_trace.plan.placement import layout
 from xsim_trace.plan.layer_split import PartitionReport, StageCapacity, partition_layers, uniform_partition
 from xsim_trace.plan.memory import check_memory, max_layers_in_memory
 from xsim_trace.plan.model import PipelinePlan, Plan, StagePlan
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.plan.validate import validate_plan
 from xsim_trace.layer_templates.scaling import layer_compute_ns, mean_layer_ns
 from xsim_trace.plan.stage_cost import StageCost, best_counts, estimate_ns, exchange_ns, ring_allreduce_ns
@@ -21,7 +22,7 @@ from xsim_trace.layer_templates.template import ModelTemplate
 log = logging.getLogger(__name__)
 
 
-def _extra(template: ModelTemplate, part, device: str, tp: int, per_layer_ns: int) -> Fraction:
+def _extra(template: ModelTemplate, part, device: DeviceSpec, tp: int, per_layer_ns: int) -> Fraction:
     if part is None:
         return Fraction(0)
     return Fraction(layer_compute_ns(part, template, device, tp), per_layer_ns)
@@ -79,23 +80,23 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
     return out
 
 
-#: (template, device, tp, layers, intra GB/s) -> (layer ns, pre ns, post ns); templates are kept
-#: alongside (the key holds their id) so an id is never reused while cached
-_LAYER_CACHE: dict[tuple, tuple[ModelTemplate, tuple[float, float, float]]] = {}
+#: (template, device, tp, layers, intra GB/s) -> (layer ns, pre ns, post ns); templates and devices are
+#: kept alongside (the key holds their ids) so an id is never reused while cached
+_LAYER_CACHE: dict[tuple, tuple[ModelTemplate, DeviceSpec, tuple[float, float, float]]] = {}
 
 
-def _layer_times(template: ModelTemplate, device: str, tp: int, layers: int, intra_GBps: float, ep: int = 1
+def _layer_times(template: ModelTemplate, device: DeviceSpec, tp: int, layers: int, intra_GBps: float, ep: int = 1
                  ) -> tuple[float, float, float]:
-    key = (id(template), device, tp, layers, intra_GBps, ep)
+    key = (id(template), id(device), tp, layers, intra_GBps, ep)
     hit = _LAYER_CACHE.get(key)
-    if hit is not None and hit[0] is template:
-        return hit[1]
+    if hit is not None and hit[0] is template and hit[1] is device:
+        return hit[2]
     per = mean_layer_ns(template, layers, device, tp) + _tp_collectives_ns(template, tp, intra_GBps, ep)
     pre = layer_compute_ns(template.pre, template, device, tp) if template.pre is not None else 0.0
     post = layer_compute_ns(template.post, template, device, tp) if template.post is not None else 0.0
     if len(_LAYER_CACHE) > 4096:
         _LAYER_CACHE.clear()
-    _LAYER_CACHE[key] = (template, (per, pre, post))
+    _LAYER_CACHE[key] = (template, device, (per, pre, post))
     return per, pre, post
 
 
@@ -105,7 +106,7 @@ def stage_layer_times(plan: Plan, st: StagePlan, tset: TemplateSet) -> tuple[flo
     collective waits for it) and its TP collectives by the slower link (:meth:`Plan.stage_tp_GBps`)."""
     link = plan.stage_tp_GBps(st)
     ep = plan.model.expert_split(st.tp)[0]
-    times = [_layer_times(tset.for_stage(g.name, st.tp), g.device, st.tp, plan.model.num_layers, link, ep)
+    times = [_layer_times(tset.for_stage(g.name, st.tp), g.device_spec, st.tp, plan.model.num_layers, link, ep)
              for g in plan.stage_groups(st)]
     return max(times, key=lambda t: t[0])
 
@@ -175,7 +176,7 @@ def partition_pipeline(plan: Plan, index: int, templates: Templates, how: str) -
         s = vs % p
         st = pipe.stages[s]
         # the slower device of a TP group over device groups paces it
-        per, dev, template = max(((mean_layer_ns(tset.for_stage(g.name, st.tp), n, g.device, st.tp), g.device,
+        per, dev, template = max(((mean_layer_ns(tset.for_stage(g.name, st.tp), n, g.device_spec, st.tp), g.device_spec,
                                    tset.for_stage(g.name, st.tp)) for g in plan.stage_groups(st)), key=lambda x: x[0])
         extra = Fraction(0)
         if vs == 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.plan.model import Plan
 from xsim_trace.units import gbps_to_GBps
 
@@ -16,9 +17,14 @@ class RankInfo:
     tp_rank: int
     tp: int
     group: str
-    device: str  # catalog name
+    device_spec: DeviceSpec  # its group's device, as resolved with the plan
     device_index: int  # index within its device group
     node: str  # "<group>/<node index>": ranks on one node share the intra-node link
+
+    @property
+    def device(self) -> str:
+        """The device's canonical catalog name."""
+        return self.device_spec.name
 
     def bw_GBps(self, other: "RankInfo", plan: Plan) -> float:
         """Link bandwidth between two ranks: intra-node NVLink when they share a node, else the
@@ -53,7 +59,7 @@ def layout(plan: Plan) -> Layout:
                     idx = cursor[g.name]
                     cursor[g.name] += 1
                     r = len(ranks)
-                    ranks.append(RankInfo(r, p, s, len(mine), st.tp, g.name, g.device, idx,
+                    ranks.append(RankInfo(r, p, s, len(mine), st.tp, g.name, g.device_spec, idx,
                                           f"{g.name}/{idx // g.devices_per_node}"))
                     mine.append(r)
             stage_ranks[(p, s)] = tuple(mine)

@@ -27,6 +27,7 @@ from xsim_trace.plan.reshard import ReshardStrategy
 from xsim_trace.plan.schedules import Schedule
 from xsim_trace.plan.stage_cost import pipeline_ns, ring_allreduce_ns
 from xsim_trace.layer_templates.per_stage import Templates, as_template_set
+from xsim_trace.units import gbps_to_GBps
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def _first_sync_ns(space: Space, replicas: Sequence[Replicas], rates: "_LayerRat
         return 0.0
     base = rates.tset.base
     tp = max(r.parts[0].tp for r in replicas)
-    bw = max(max(g.nic_gbps / 8.0, g.intra_GBps) for g in space.groups
+    bw = max(max(gbps_to_GBps(g.nic_gbps), g.intra_GBps) for g in space.groups
              if any(g.name == name for r in replicas for p in r.parts for name, _ in p.groups))
     return ring_allreduce_ns((base.layer_grad_bytes + base.pre_grad_bytes) / tp, n, bw)
 

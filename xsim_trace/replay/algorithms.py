@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from xsim_trace.graph.kinds import CollectiveType as C
+from xsim_trace.replay.distinct import all_distinct
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,11 @@ class Step:
 
     @property
     def dst_unique(self) -> bool:
-        return len(np.unique(self.dst)) == len(self.dst)
+        return all_distinct(self.dst)
 
     @property
     def src_unique(self) -> bool:
-        return len(np.unique(self.src)) == len(self.src)
+        return all_distinct(self.src)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,7 @@ def replay_compiled(
         raise GraphError(f"simulated time does not fit in 64-bit nanoseconds ({exc}): check the cluster's "
                          "bandwidths and latencies and the trace's sizes") from None
     return build_result(
-        workload, raw, backend=str(getattr(backend, "name", type(backend).__name__)), settings=settings, group_of=group_of
+        workload, raw, backend=str(backend.name), settings=settings, group_of=group_of
     )
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from xsim_trace.network.protocol import capabilities_of
 from xsim_trace.replay.compile import CollectiveInstance
+from xsim_trace.replay.distinct import all_distinct
 from xsim_trace.replay.schedule_cache import CachedSchedule, ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
 
@@ -49,7 +50,7 @@ def latest_sends(steps, times: list[np.ndarray], n: int) -> list[tuple | None]:
         if keep.any():
             sel = None if keep.all() else np.flatnonzero(keep)
             srcs = src if sel is None else src[sel]
-            out[i] = (sel, srcs, len(np.unique(srcs)) == len(srcs))
+            out[i] = (sel, srcs, all_distinct(srcs))
         np.maximum.at(later, src, t)
     return out
 

@@ -100,17 +100,24 @@ class Collectives:
             for g in inst.nodes:
                 self.queue.node_done(g, now + lc.time_ns)
             return
-        state = [len(lc.flows), now, inst, lc.latency_ns]  # flows left, latest landing less its path latency
-        for src, dst, nbytes, path_ns in lc.flows:
-            self.port.start(src, dst, nbytes, now, self._lowered_landed, (state, path_ns))
+        # flows left, latest landing, largest lone-flow extra (a float: need not be whole ns), the instance,
+        # the model's latency, the start
+        state = [len(lc.flows), now, 0.0, inst, lc.latency_ns, now]
+        for src, dst, nbytes, extra_ns in lc.flows:
+            self.port.start(src, dst, nbytes, now, self._lowered_landed, (state, extra_ns))
 
     def _lowered_landed(self, arg, now: int) -> None:
-        state, path_ns = arg
+        """The collective ends its latency after its last flow lands, less its largest lone-flow extra:
+        the model's latency holds the path once.  (Each flow's own extra off its own landing charged a
+        FIFO port fed first by a longer path than the flow it serves last that difference: +11.6 % at
+        64 KiB for a heterogeneous all-to-all on analytical-ca.)"""
+        state, extra_ns = arg
         state[0] -= 1
-        state[1] = max(state[1], now - path_ns)  # a float: the lone-flow extra need not be whole ns
+        state[1] = max(state[1], now)
+        state[2] = max(state[2], extra_ns)
         if not state[0]:
-            end = round(state[1]) + state[3]
-            for g in state[2].nodes:
+            end = max(round(state[1] - state[2]), state[5]) + state[4]
+            for g in state[3].nodes:
                 self.queue.node_done(g, end)
 
     # -- the flow path --------------------------------------------------------------------------

@@ -40,8 +40,10 @@ from xsim_trace.replay.compile import (
 
 log = logging.getLogger(__name__)
 
-#: below this many bytes of rank files the typed reader is faster than loading the numba decoder
-COLUMNAR_MIN_BYTES = 4 << 20
+#: below this many bytes of rank files the typed reader decodes them: none, since the numpy decoder
+#: (numba's above :data:`xsim_trace.io.et_columns.NUMBA_DECODE_MIN_BYTES`) is faster from a few nodes on,
+#: and the typed reader would load protobuf (~0.025 s of CPU) for the files of a handful of nodes
+COLUMNAR_MIN_BYTES = 0
 
 _SEND, _RECV, _COLL = int(NodeType.COMM_SEND), int(NodeType.COMM_RECV), int(NodeType.COMM_COLL)
 # resource key classes, per rank: CPU thread (none / negative stream / tid), device stream, comm, compute

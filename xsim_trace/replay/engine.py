@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import heapq
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from xsim_trace.errors import GraphError
-from xsim_trace.network.protocol import PortBookedFlows, capabilities_of
+from xsim_trace.network.protocol import capabilities_of
 from xsim_trace.replay.collective_pricing import (
     CollectivePricer,
     ScheduleWalkPricer,
@@ -62,8 +63,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: from this many nodes on, the closed-form path runs compiled by default (``Engine(compiled=)``)
+#: from this many nodes on, the closed-form path runs compiled by default (``Engine(compiled=)``) where
+#: numba is loaded already (by the columnar decoder of a large rank set, or an earlier replay) ...
 COMPILED_MIN_NODES = 20_000
+#: ... and from this many where it is not: loading numba and the kernel costs ~0.5 s of CPU, which the
+#: compiled loop (~1.2 us less per node than the Python one) repays from a few 100,000 nodes
+COMPILED_MIN_NODES_COLD = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,16 +139,18 @@ class Engine:
         self.compiled_ca = not self.compiled and self._compiled_ca_applies(compiled)
 
     def _compiled_applies(self, wanted: bool | None) -> bool:
-        """The compiled loop runs the closed-form path only; by default
-        from :data:`COMPILED_MIN_NODES` nodes on, below which loading it costs more than it saves."""
+        """The compiled loop runs the closed-form path only; by default from :data:`COMPILED_MIN_NODES`
+        nodes on (:data:`COMPILED_MIN_NODES_COLD` where numba is not loaded yet), below which loading it
+        costs more than it saves."""
         if wanted is False or not self.closed_form:
             return False
-        if wanted is None and self.w.num_nodes < COMPILED_MIN_NODES:
+        if wanted is None and self.w.num_nodes < (COMPILED_MIN_NODES if "numba" in sys.modules else COMPILED_MIN_NODES_COLD):
             return False
         # p2p transfers are flows: the kernel times each alone (a contention-free backend) or books
         # endpoint ports as the backend does (PortBookedFlows: analytical); anything else stays here
-        self._booked = isinstance(self.backend, PortBookedFlows) and not capabilities_of(self.backend).contention_free
-        if not (capabilities_of(self.backend).contention_free or self._booked) and bool(np.any(self.w.exec_kind == K_SEND)):
+        caps = capabilities_of(self.backend)
+        self._booked = caps.port_booking and not caps.contention_free
+        if not (caps.contention_free or self._booked) and bool(np.any(self.w.exec_kind == K_SEND)):
             return False
         return compiled_kernel() is not None
 

@@ -22,8 +22,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from xsim_trace.errors import ConfigError
-from xsim_trace.io._et_kernel import INT_ATTRS
 from xsim_trace.io.et_columns import NodeColumns
+from xsim_trace.io.et_wanted import INT_ATTRS
 from xsim_trace.replay.compile import ALL_RANKS_PG, CompiledWorkload
 
 
@@ -105,7 +105,7 @@ def replay_declared(d: DeclaredSet, rep_of: np.ndarray, cluster, backend, settin
     """``(times of the present ranks' nodes, engine stats, iteration ns per world rank)``: the
     present ranks replayed on the compiled closed-form path, the others taking their
     representative's times."""
-    from xsim_trace.network.protocol import PortBookedFlows, capabilities_of  # noqa: PLC0415
+    from xsim_trace.network.protocol import capabilities_of  # noqa: PLC0415
     from xsim_trace.replay.api import collective_pricer  # noqa: PLC0415
     from xsim_trace.replay.compiled_loop import kernel, run_compiled  # noqa: PLC0415
     from xsim_trace.replay.schedule_cache import ScheduleCache  # noqa: PLC0415
@@ -119,7 +119,7 @@ def replay_declared(d: DeclaredSet, rep_of: np.ndarray, cluster, backend, settin
     w = d.workload
     node_of = [cluster.node_of(int(r)) for r in d.rank_ids]
     caps = capabilities_of(backend)
-    booked = isinstance(backend, PortBookedFlows) and not caps.contention_free
+    booked = caps.port_booking and not caps.contention_free
     if not (caps.contention_free or booked):
         raise ConfigError("a folded rank set needs a backend that times p2p transfers without events", field="backend")
     times, stats = run_compiled(w, ScheduleCache(w, backend, settings, node_of), settings, pricer, None, booked,

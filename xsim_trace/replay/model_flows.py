@@ -12,10 +12,11 @@ endpoint ports shared, as ``analytical`` prices a batch), so that alone in the n
 transmission takes ``T_bw`` and the collective ends at ``start + latency + T_bw``, the analytical
 answer; a flow slowed by other traffic on one of its links delays the collective by as much.  The
 protocol's overhead (LL's flags, a channel's cap) is thus charged as link occupancy, as it is on the
-real fabric.  The collective ends when its last flow lands, minus what the backend adds to a lone flow
-beyond its bytes at the bottleneck (the path latency, already inside the model's ``latency``, and, on
-``analytical-ca``, the chunk pipeline's filling: :class:`~xsim_trace.network.protocol.LoneFlowTiming`
-where the backend declares it, else the path latency), plus ``latency``.
+real fabric.  The collective ends when its last flow lands, minus the largest of what the backend adds
+to one of its flows alone beyond its bytes at the bottleneck (the path latency, already inside the
+model's ``latency``, and, on ``analytical-ca``, the chunk pipeline's filling:
+:class:`~xsim_trace.network.protocol.LoneFlowTiming` where the backend declares it, else the path
+latency), plus ``latency``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsim_trace.replay.compile import K_RECV, K_SEND, CompiledWorkload
+from xsim_trace.replay.distinct import distinct_rows
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def p2p_keys(w: CompiledWorkload) -> P2PKeys:
     if len(idx):
         src = np.where(kind == K_SEND, rank, peer)[idx]
         dst = np.where(kind == K_SEND, peer, rank)[idx]
-        triples, inv = np.unique(np.stack([src, dst, w.comm_tag[idx].astype(np.int64)], 1), axis=0, return_inverse=True)
+        triples, inv = distinct_rows(np.stack([src, dst, w.comm_tag[idx].astype(np.int64)], 1))
         key[idx] = inv.reshape(-1)
     else:
         triples = np.zeros((0, 3), np.int64)

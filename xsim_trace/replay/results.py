@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from xsim_trace.replay.compile import COMM_KINDS, K_COLL, K_TIMED, ROLE_CPU, CompiledWorkload
+from xsim_trace.replay.distinct import sorted_distinct
 from xsim_trace.replay.engine import EngineStats, RawTimes
 from xsim_trace.replay.settings import ReplaySettings
 
@@ -98,7 +99,7 @@ def rank_breakdown(w: CompiledWorkload, t: RawTimes, rank: int) -> tuple[Breakdo
     is_cpu = (role == ROLE_CPU) & ~is_comm
     is_comp = ~is_cpu & ~is_comm
     move_start = np.where(is_comm, start + np.minimum(wait, end - start), start)
-    bounds = np.unique(np.concatenate([[0, iteration], start, end, move_start]))
+    bounds = sorted_distinct(np.concatenate([[0, iteration], start, end, move_start]))
     seg = np.diff(bounds)
     comp = _coverage(bounds, start[is_comp], end[is_comp])
     left = ~comp

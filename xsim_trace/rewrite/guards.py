@@ -9,6 +9,8 @@ Traces without the metadata (older captures) pass; callers offer a flag to skip 
 from __future__ import annotations
 
 from xsim_trace.devices import get_device
+from xsim_trace.devices.catalog import Catalog
+from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.model import Trace
@@ -30,17 +32,22 @@ def check_trace_shape(trace: Trace, model: ModelSpec, *, source: str, flag: str)
                               f"(regenerate the trace or pass {flag})", file=source, field=name)
 
 
-def _canonical(name: str) -> str:
+def _canonical(name: str, catalog: Catalog | None) -> str:
     try:
-        return get_device(name).name
+        return get_device(name, catalog).name
     except XsimError:
         return name
 
 
-
-def check_source_device(trace: Trace, device: str | None, *, source: str, flag: str) -> None:
-    """A ``--device`` given for a trace agrees with the device the trace names."""
+def check_source_device(trace: Trace, device: "DeviceSpec | str | None", *, source: str, flag: str,
+                        catalog: Catalog | None = None) -> None:
+    """A ``--device`` given for a trace agrees with the device the trace names (a name resolves in
+    ``catalog``, the run's device catalog; None = the built-in one)."""
     named = trace.metadata.attr(A.META_DEVICE)
-    if device and named and _canonical(str(named)) != _canonical(device):
-        raise ConfigError(f"the trace was measured on {_canonical(str(named))}, --device says {_canonical(device)} "
-                          f"(pass {flag} to time it as {device})", file=source, field="--device")
+    if not device or not named:
+        return
+    want = device.name if isinstance(device, DeviceSpec) else _canonical(device, catalog)
+    got = _canonical(str(named), catalog)
+    if got != want:
+        raise ConfigError(f"the trace was measured on {got}, --device says {want} "
+                          f"(pass {flag} to time it as {want})", file=source, field="--device")

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from xsim_trace.devices.catalog import Catalog
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.layer_templates.generated import group_templates, layer_compute_ns, workload_model
 from xsim_trace.plan.placement import Layout, layout
@@ -39,9 +40,10 @@ def _plan_model_fields(spec: ModelSpec) -> dict[str, Any]:
             "gated_mlp": spec.gated_mlp}
 
 
-def plan_for_generate(doc: Any, file: str, *, model: str | None = None, model_file: str | None = None):
+def plan_for_generate(doc: Any, file: str, *, model: str | None = None, model_file: str | None = None,
+                      catalog: "Catalog | None" = None):
     """(plan, workload model) from a parsed plan document, without the memory check (generate
-    reports memory).  ``model`` (a preset or a name in ``model_file``) sets the plan's model when
+    reports memory); its devices resolve in ``catalog`` (the run's; None = the built-in one).  ``model`` (a preset or a name in ``model_file``) sets the plan's model when
     the plan has none; when the plan names one, their geometry must agree (ConfigError otherwise):
     the plan's layer ranges and TP degrees were made for its model."""
     preset = None
@@ -57,7 +59,7 @@ def plan_for_generate(doc: Any, file: str, *, model: str | None = None, model_fi
     if isinstance(doc, Mapping) and doc.get("model") is None:
         raise ConfigError("the plan names no model: add model: (a preset or its geometry) or give --model",
                           file=file, field="model")
-    plan = plan_from_mapping(doc, file, memory=False)
+    plan = plan_from_mapping(doc, file, memory=False, catalog=catalog)
     if preset is not None:
         want = ModelSpec.from_workload(preset)
         diff = [f"{k} {getattr(plan.model, k)} vs {getattr(want, k)}" for k in _GEOMETRY
@@ -72,8 +74,9 @@ def plan_for_generate(doc: Any, file: str, *, model: str | None = None, model_fi
     return plan, wmodel
 
 
-def load_plan_for_generate(path: str, *, model: str | None = None, model_file: str | None = None):
-    return plan_for_generate(read_plan_document(path), str(path), model=model, model_file=model_file)
+def load_plan_for_generate(path: str, *, model: str | None = None, model_file: str | None = None,
+                           catalog: "Catalog | None" = None):
+    return plan_for_generate(read_plan_document(path), str(path), model=model, model_file=model_file, catalog=catalog)
 
 
 @dataclass(frozen=True)

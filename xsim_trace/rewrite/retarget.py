@@ -24,7 +24,6 @@ from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import GlobalMetadata, Trace, set_attrs
 
-GENERIC_GPU = "generic"
 NS_PER_US = 1000
 
 
@@ -42,10 +41,11 @@ def _canonical(name: str, catalog: Catalog) -> str:
     return catalog.get(name).name if name in catalog else name
 
 
-def _cluster_gpu(cluster: Cluster, rank: int) -> str | None:
+def _cluster_device(cluster: Cluster, rank: int) -> DeviceSpec | None:
+    """The device the cluster puts ``rank`` on, as its loader resolved it (None: generic, or no such rank)."""
     if rank >= cluster.num_ranks:
         return None
-    return cluster.groups[cluster.positions[rank].group].gpu_type
+    return cluster.groups[cluster.positions[rank].group].device_spec
 
 
 def device_mismatches(traces: dict[int, Trace], cluster: Cluster, catalog: Catalog | None = None) -> list[Mismatch]:
@@ -60,11 +60,11 @@ def metadata_mismatches(metadata: Mapping[int, GlobalMetadata], cluster: Cluster
     out = []
     for rank in sorted(metadata):
         captured = metadata[rank].attr(A.META_DEVICE) or ""
-        target = _cluster_gpu(cluster, rank)
-        if not captured or target is None or target.strip().lower() == GENERIC_GPU:
+        target = _cluster_device(cluster, rank)
+        if not captured or target is None:
             continue
         catalog = catalog or default_catalog()  # parsed (YAML, ~0.05 s) only when there is a pair to compare
-        a, b = _canonical(captured, catalog), _canonical(target, catalog)
+        a, b = _canonical(captured, catalog), target.name
         if a != b:
             out.append(Mismatch(rank, a, b))
     return out
@@ -104,7 +104,7 @@ def retarget(traces: dict[int, Trace], cluster: Cluster, catalog: Catalog | None
         if mm.captured not in catalog:
             raise ConfigError(f"captured device {mm.captured!r} is not in the device catalog; cannot retarget "
                               f"(known: {', '.join(catalog.names())})", rank=mm.rank, field=A.META_DEVICE)
-        src, dst = catalog.get(mm.captured), catalog.get(mm.cluster)
+        src, dst = catalog.get(mm.captured), _cluster_device(cluster, mm.rank)
         trace = traces[mm.rank]
         nodes = tuple(_scaled(n, src, dst, host_factor) for n in trace.nodes)
         meta = dataclasses.replace(trace.metadata, attrs=set_attrs(trace.metadata.attrs, {A.META_DEVICE: dst.name}))

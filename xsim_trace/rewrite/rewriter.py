@@ -279,7 +279,7 @@ class _Rewriter:
                 if o.kind == "comp":
                     attrs[A.KERNEL_CLASS] = o.kernel_class
                     attrs[A.STREAM] = COMPUTE_STREAM
-                    ns = op_time_ns(o, tm, info.device, info.tp)
+                    ns = op_time_ns(o, tm, info.device_spec, info.tp)
                     last = self.b[rank].add(name, NodeType.COMP, prev, duration_ns=max(1, ns), **attrs)
                 else:
                     cpg, ckind = (self.ep_group(info), "ep") if o.comm_type == CollectiveType.ALL_TO_ALL else (pg, "tp")

@@ -42,12 +42,13 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xsim_trace.cluster.load import MAX_BW_GBPS, MAX_LATENCY_NS, MIN_BW_GBPS
+from xsim_trace.cluster.load import MAX_BW_gbps, MAX_LATENCY_NS, MIN_BW_gbps
 from xsim_trace.errors import ConfigError, XsimError
 from xsim_trace.graph.bounds import MAX_DURATION_NS, MAX_SIZE_BYTES
 from xsim_trace.network.protocol import Flow
 from xsim_trace.sweep.backends import close_backend, make_named_backend, star_topology
 from xsim_trace.sweep.micro import MAX_MICRO_RANKS, TimedFlow, micro_flows, run_flows
+from xsim_trace.units import gbps_to_GBps
 
 Runner = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -107,7 +108,7 @@ def _latency(p: _Params) -> int:
 
 
 def _bandwidth(p: _Params) -> float:
-    return p.num("bw_GBps", 25.0, minimum=MIN_BW_GBPS / 8, maximum=MAX_BW_GBPS / 8)
+    return p.num("bw_GBps", 25.0, minimum=gbps_to_GBps(MIN_BW_gbps), maximum=gbps_to_GBps(MAX_BW_gbps))
 
 
 _NETWORK_PARAMS = ("case", "ranks", "size_bytes", "bw_GBps", "latency_ns", "backend")
@@ -202,13 +203,15 @@ def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-_REPLAY_PARAMS = ("trace", "cluster", "backend", "algorithm", "chunks", "in_flight", "p2p", "drop_missing_deps")
+_REPLAY_PARAMS = ("trace", "cluster", "backend", "algorithm", "chunks", "in_flight", "p2p", "drop_missing_deps",
+                  "device_file")
 
 
 def replay_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     """A rank set (``trace`` prefix) replayed by the engine on ``cluster`` (file or preset) over
     ``backend``; ``algorithm`` (``ring`` or a list like ``[all_reduce=tree]``), ``chunks``,
-    ``in_flight``, ``p2p`` as for ``xsim replay``."""
+    ``in_flight``, ``p2p``, ``device_file`` as for ``xsim replay``."""
+    from xsim_trace.devices.catalog import catalog_for  # noqa: PLC0415
     from xsim_trace.replay import ReplaySettings  # noqa: PLC0415
     from xsim_trace.sweep.replay_compare import load_workload, replay_on  # noqa: PLC0415
 
@@ -220,12 +223,13 @@ def replay_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     workload = load_workload(p.str("trace", ""), drop_missing_deps=bool(params.get("drop_missing_deps", False)))
     from xsim_trace.cluster import load_cluster  # noqa: PLC0415
 
-    run = replay_on(p.str("backend", "analytical"), workload, load_cluster(p.str("cluster", "")), settings)
+    cluster = load_cluster(p.str("cluster", ""), catalog=catalog_for(params.get("device_file") or None))
+    run = replay_on(p.str("backend", "analytical"), workload, cluster, settings)
     return {"iteration_ns": run.iteration_ns, "flows": run.flows, "backend_setup_s": round(run.setup_s, 6),
             "replay_s": round(run.run_s, 6)}
 
 
-_PLAN_PARAMS = ("plan", "cluster", "backend", "reshard", "partition", "device", "tp", "quick")
+_PLAN_PARAMS = ("plan", "cluster", "backend", "reshard", "partition", "device", "tp", "quick", "device_file")
 
 
 def plan_runner(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,17 +238,20 @@ def plan_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     from the plan's device groups) over ``backend`` -- the ``xsim plan compare`` path for one plan.
     ``reshard`` / ``partition`` override the plan's strategies; ``quick: true`` uses the plan's
     closed form (:mod:`xsim_trace.plan.closed_form`, the ``plan compare --quick`` path) instead of
-    rewriting and replaying (``nodes`` is then 0)."""
+    rewriting and replaying (``nodes`` is then 0).  ``device_file``: extra devices (as ``--device-file``)
+    where the plan's, the cluster's and ``device``'s names resolve."""
+    from xsim_trace.devices.catalog import catalog_for  # noqa: PLC0415
     from xsim_trace.evaluate.compare import evaluate  # noqa: PLC0415
     from xsim_trace.evaluate.engine_times import engine_times  # noqa: PLC0415
     from xsim_trace.plan.parse import load_plan  # noqa: PLC0415
     from xsim_trace.layer_templates.template import templates_from_model  # noqa: PLC0415
 
     p = _Params(params, _PLAN_PARAMS)
-    plan = load_plan(p.str("plan", ""))
+    catalog = catalog_for(params.get("device_file") or None)
+    plan = load_plan(p.str("plan", ""), catalog=catalog)
     plan = plan.with_strategy(reshard=params.get("reshard"), partition=params.get("partition"))
-    template = templates_from_model(plan.model, params.get("device") or plan.groups[0].device,
-                                    p.int("tp", 1, 1))
+    device = catalog.get(p.str("device", "")) if params.get("device") else plan.groups[0].device_spec
+    template = templates_from_model(plan.model, device, p.int("tp", 1, 1))
     if params.get("quick"):
         from xsim_trace.plan.closed_form import estimate_plan  # noqa: PLC0415
 
@@ -255,7 +262,7 @@ def plan_runner(params: Mapping[str, Any]) -> dict[str, Any]:
     if params.get("cluster"):
         from xsim_trace.cluster import load_cluster  # noqa: PLC0415
 
-        cluster = load_cluster(p.str("cluster", ""))
+        cluster = load_cluster(p.str("cluster", ""), catalog=catalog)
     backend = p.str("backend", "analytical")
     res, met, iteration = evaluate(plan, template, lambda res: engine_times(res, cluster, backend))
     return {"iteration_ns": int(iteration), "max_bubble_fraction": round(max((b.fraction for b in met.bubbles),

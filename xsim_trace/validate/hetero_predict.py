@@ -36,6 +36,7 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.devices import get_device
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
+from xsim_trace.units import gbps_to_GBps
 from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan, RowStage
 from xsim_trace.validate.layer_profile import find_layer_times
 from xsim_trace.workload.comm import LinkModel
@@ -230,10 +231,10 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
     cluster = load_cluster(row_cluster_name(row))
     out = []
     for dev_name in row.plan.node_devices:
-        group = next((g for g in cluster.groups if get_device(g.gpu_type).name == dev_name), None)
+        group = next((g for g in cluster.groups if g.device_spec is not None and g.device_spec.name == dev_name), None)
         if group is None:
             raise RowError(row.row_id, "cluster", f"cluster {cluster.name} has no {dev_name} nodes")
-        dev = get_device(dev_name)
+        dev = group.device_spec
         raw = group.intra.bw_GBps
         eff = cal.pcie_efficiency if (dev.pcie_GBps and raw <= dev.pcie_GBps) else cal.nvlink_efficiency
         # a measured rate in the preset's nccl block (intra_bw_GBps / net_bw_GBps) is taken as achieved: no
@@ -244,7 +245,7 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
             nic = group.nccl.net_bw_GBps
         else:
             gbps = gbps if gbps is not None else (group.nic.nic_gbps if group.nic else 0.0)
-            nic = (group.nic.count * nic_achievable_gbps(gbps, group.nccl.net, cal) / 8.0) if group.nic else raw
+            nic = gbps_to_GBps(group.nic.count * nic_achievable_gbps(gbps, group.nccl.net, cal)) if group.nic else raw
         out.append(NodeLinks(intra, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0))
     return tuple(out)
 

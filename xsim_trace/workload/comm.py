@@ -15,7 +15,7 @@ from xsim_trace.devices.catalog import get_device
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
 from xsim_trace.graph.kinds import CollectiveType
-from xsim_trace.units import gbps_to_GBps
+from xsim_trace.units import GBps_to_bytes_per_s, gbps_to_GBps
 
 #: achievable fraction of the NVLink unidirectional peak that NCCL rings reach (bus bandwidth)
 NVLINK_EFFICIENCY = 0.80
@@ -58,7 +58,7 @@ class LinkModel:
     def collective_ns(self, collective: CollectiveType, size_bytes: int, n: int, inter_node: bool) -> int:
         if n <= 1 or size_bytes <= 0:
             return 0
-        bw = (self.inter_bw_GBps if inter_node else self.intra_bw_GBps) * 1e9
+        bw = GBps_to_bytes_per_s(self.inter_bw_GBps if inter_node else self.intra_bw_GBps)
         alpha = self.inter_latency_ns if inter_node else self.intra_latency_ns
         if collective is CollectiveType.ALL_REDUCE:
             factor, steps = 2 * (n - 1) / n, 2 * (n - 1)
@@ -73,6 +73,6 @@ class LinkModel:
     def p2p_ns(self, size_bytes: int, inter_node: bool) -> int:
         if size_bytes <= 0:
             return 0
-        bw = (self.inter_bw_GBps if inter_node else self.intra_bw_GBps) * 1e9
+        bw = GBps_to_bytes_per_s(self.inter_bw_GBps if inter_node else self.intra_bw_GBps)
         alpha = self.inter_latency_ns if inter_node else self.intra_latency_ns
         return int(math.ceil(alpha + size_bytes / bw * 1e9))

@@ -90,7 +90,9 @@ def _model(raw: Any, source: str) -> ModelSpec:
         raise ConfigError(f"incomplete model: {exc}", file=source, field="model") from None
 
 
-def load_spec_file(path: "str | os.PathLike[str]") -> Setup:
+def load_spec_file(path: "str | os.PathLike[str]", *, device_file: "str | os.PathLike[str] | None" = None) -> Setup:
+    """A generator spec file; ``device_file`` (the command's ``--device-file``) is the run's extra
+    devices, else the file's own ``system.device_file``."""
     from xsim_trace.io.documents import load_document
 
     p = os.fspath(path)
@@ -114,7 +116,7 @@ def load_spec_file(path: "str | os.PathLike[str]") -> Setup:
             sys_raw.get("device", "H100"),
             gpus_per_node=int(sys_raw.get("gpus_per_node", 8)),
             nic_gbps_per_gpu=float(sys_raw.get("nic_gbps_per_gpu", 400.0)),
-            device_file=sys_raw.get("device_file"),
+            device_file=device_file if device_file is not None else sys_raw.get("device_file"),
             framework=sys_raw.get("framework"),
         )
     except XsimError as exc:

@@ -64,6 +64,17 @@ RING_TAG_BASE = 1 << 30
 #: stream of ring receives, apart from the comm stream the sends use (a receive queued behind its
 #: own rank's send would deadlock a rendezvous p2p model)
 RING_RECV_STREAM = 2
+#: pipeline sends and receives: a stream per (peer stage, direction), as PyTorch runs a peer pair's p2p on
+#: that pair's own communicator and stream, apart from TP / DP collectives, and Megatron posts a step's send
+#: and receive together (``batch_isend_irecv``: one NCCL group moving both directions at once).  On one
+#: shared stream, stage s's send to s+1 would queue its receive from s+1 behind it and the peer's the other
+#: way round: a rendezvous p2p model deadlocks in the 1F1B steady state, an eager one serialises them.
+PP_STREAM_BASE = 16
+
+
+def pp_stream(peer_stage: int, recv: bool) -> int:
+    """The stream of pipeline traffic with stage ``peer_stage`` in one direction."""
+    return PP_STREAM_BASE + 2 * peer_stage + (1 if recv else 0)
 
 
 def _group_ref(op: CommOp) -> RankRef:
@@ -383,6 +394,7 @@ class _TemplateBuilder:
                     comm_size=act_bytes,
                     comm_kind=CommKind.PP.value,
                     microbatch=st.microbatch,
+                    stream=pp_stream(neighbour_v % pp, recv=True),
                     duration_ns=0,
                 )
             ids = []
@@ -407,6 +419,7 @@ class _TemplateBuilder:
                     comm_size=act_bytes,
                     comm_kind=CommKind.PP.value,
                     microbatch=st.microbatch,
+                    stream=pp_stream(out_v % pp, recv=False),
                     duration_ns=send_ns[out_v % pp],
                 )
         # -- DP gradient buckets ---------------------------------------------------------------

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from xsim_trace.cluster.model import Cluster, DeviceGroup, NcclTuning
 from xsim_trace.errors import ConfigError
 from xsim_trace.network.nccl.kinds import Algo, Proto
-from xsim_trace.network.nccl.model import _price, algbw_GBps, fill_stages, latency_us, simple_fill_us
+from xsim_trace.network.nccl.model import (_price, algbw_GBps, fill_stages, latency_us, simple_fill_us,
+                                           tree_pipeline_fill_us)
 from xsim_trace.network.nccl.nccltests import NcclTestsRun
 from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
 
@@ -28,7 +29,7 @@ BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "ll_bw_scale", "ll1
              "simple_fill_bytes")
 LAT_PARAMS = ("latency_us", "ll_latency_us", "ll128_latency_us", "simple_latency_us", "net_latency_us")
 PROTO_PARAMS = ("ll_latency_us", "ll128_latency_us", "simple_latency_us", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale",
-                "simple_fill_us", "simple_fill_bytes")
+                "simple_fill_us", "simple_fill_bytes", "tree_fill_us", "tree_fill_bytes")
 _ROUNDS = 4
 #: weight of the pull towards the uncalibrated value (per parameter, squared log ratio for bandwidths,
 #: squared (difference / 50 us) for latencies): a parameter the runs cannot see (the scale-out bandwidth of an
@@ -161,6 +162,8 @@ def _start(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[str, float]
         **{f"{p}_bw_scale": s.proto_bw_scale[i] for i, p in enumerate(("ll", "ll128", "simple"))},
         "simple_fill_us": s.simple_fill_us,
         "simple_fill_bytes": group.nccl.simple_fill_bytes or s.simple_fill_bytes or _DEFAULT_FILL_BYTES,
+        "tree_fill_us": s.tree_fill_us,
+        "tree_fill_bytes": group.nccl.tree_fill_bytes or s.tree_fill_bytes or _DEFAULT_FILL_BYTES,
     }
 
 
@@ -297,21 +300,27 @@ _SCALE_RANGE = (0.3, 2.0)
 _PROTO_ROUNDS = 8
 
 
-def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Proto, list[tuple[float, float, float, int, float]]]:
+_Row = tuple[float, float, float, int, float, float, float]
+
+
+def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Proto, list[_Row]]:
     """Per protocol, each row it is chosen for as (measured us, latency us without the protocol's own terms,
     transfer us at the protocol's unscaled bandwidth, size bytes, the share of a Simple fill it pays: 0 for
-    point-to-point, model.fill_stages otherwise)."""
-    out: dict[Proto, list[tuple[float, float, float, int, float]]] = {p: [] for p in _PROTOS}
+    point-to-point and trees, model.fill_stages otherwise, 1 for a tree, which pays a fill of its own, and the
+    fill NCCL's chunking gives a tree: model.tree_pipeline_fill_us, 0 for other algorithms)."""
+    out: dict[Proto, list[_Row]] = {p: [] for p in _PROTOS}
     for run in runs:
         s = run_shape(group, run)
         for r in run.rows:
             p = _price(s, run.collective, r.size_bytes, None, None)
             i = _PROTOS.index(p.proto)
+            tree = p.algo is Algo.TREE and p.proto is Proto.SIMPLE
             own = s.proto_latency_us[i] + simple_fill_us(s, p.algo, p.proto, r.size_bytes)
             lat = latency_us(s, run.collective, p.algo, p.proto, r.size_bytes) - own
             bw = algbw_GBps(s, run.collective, p.algo, p.proto, r.size_bytes) / s.proto_bw_scale[i]
-            share = 0.0 if p.algo is Algo.P2P else fill_stages(s)  # as model.simple_fill_us charges it
-            out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes, share))
+            share = 0.0 if p.algo in (Algo.P2P, Algo.TREE) else fill_stages(s)  # as model.simple_fill_us charges it
+            out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes, share, float(tree),
+                                   tree_pipeline_fill_us(s, r.size_bytes) if tree else 0.0))
     return out
 
 
@@ -362,25 +371,28 @@ def _sse(cols: list[list[float]], coef: list[float], y: list[float]) -> float:
 _FILL_SIZES = tuple(sorted({int(f * (1 << e)) for e in range(18, 35) for f in (1.0, 1.5)}))
 
 
-def _solve_protocol(rows: list[tuple[float, float, float, int, float]], with_fill: bool) -> tuple[float, float, float, float]:
-    """(latency added, bandwidth factor, fill us, fill bytes) minimising the squared relative error of
-    ``t = lat + d + x / k + fill x min(1, size / fill_bytes)``: linear least squares in ``d``, ``1/k`` and
-    ``fill`` for each candidate ``fill_bytes``; terms the rows cannot pin down (or that come out unphysical:
-    a bandwidth factor outside _SCALE_RANGE, a negative fill) are left out."""
-    y = [(m - lat) / m for m, lat, _, _, _ in rows]
-    a = [1.0 / m for m, _, _, _, _ in rows]
-    b = [x / m for m, _, x, _, _ in rows]
-    best: tuple[float, tuple[float, float, float, float]] | None = None
+def _solve_protocol(rows: list[_Row], with_fill: bool) -> tuple[float, float, float, float, float, float]:
+    """(latency added, bandwidth factor, fill us, fill bytes, tree fill us, tree fill bytes) minimising the
+    squared relative error of ``t = lat + d + x / k + fill x min(1, size / fill_bytes)``, a tree's row paying
+    ``tree fill x min(1, size / tree fill bytes)`` where fitted and the fill NCCL's chunking gives it otherwise:
+    linear least squares in ``d``, ``1/k`` and the fills for each candidate growth size; terms the rows cannot
+    pin down (or that come out unphysical: a bandwidth factor outside _SCALE_RANGE, a negative fill) are left
+    out (a tree fill left out: the chunking's)."""
+    bare = [(r[0] - r[1]) / r[0] for r in rows]  # a fitted tree fill in place of the chunking's
+    y = [(r[0] - r[1] - r[6]) / r[0] for r in rows]
+    a = [1.0 / r[0] for r in rows]
+    b = [r[2] / r[0] for r in rows]
+    best: tuple[float, tuple[float, float, float, float, float, float]] | None = None
 
-    def consider(cols: list[list[float]], make) -> None:
+    def consider(cols: list[list[float]], make, target: list[float] = y) -> None:
         nonlocal best
-        coef = _robust_fit(cols, y)
+        coef = _robust_fit(cols, target)
         if coef is None:
             return
         out = make(coef)
         if out is None:
             return
-        err = _sse(cols, coef, y)
+        err = _sse(cols, coef, target)
         if best is None or err < best[0] - 1e-15:
             best = (err, out)
 
@@ -389,24 +401,34 @@ def _solve_protocol(rows: list[tuple[float, float, float, int, float]], with_fil
 
     # the protocol's latency may shrink the modelled one by half at most: a fill or a steeper slope must not
     # buy a fit of large messages with a negative latency that small messages would then pay
-    floor = -0.5 * min(lat for _, lat, _, _, _ in rows)
+    floor = -0.5 * min(r[1] for r in rows)
 
     def latency_ok(d: float) -> bool:
         return d >= floor
 
-    consider([a], lambda c: (c[0], 1.0, 0.0, 0.0) if latency_ok(c[0]) else None)
+    consider([a], lambda c: (c[0], 1.0, 0.0, 0.0, 0.0, 0.0) if latency_ok(c[0]) else None)
     if len(rows) >= 3:
-        consider([a, b], lambda c: (c[0], 1.0 / c[1], 0.0, 0.0) if physical(c[1]) and latency_ok(c[0]) else None)
-        consider([b], lambda c: (0.0, 1.0 / c[0], 0.0, 0.0) if physical(c[0]) else None)
+        consider([a, b], lambda c: (c[0], 1.0 / c[1], 0.0, 0.0, 0.0, 0.0) if physical(c[1]) and latency_ok(c[0]) else None)
+        consider([b], lambda c: (0.0, 1.0 / c[0], 0.0, 0.0, 0.0, 0.0) if physical(c[0]) else None)
     if with_fill and len(rows) >= 5:
+        trees = any(r[5] for r in rows)
         for size in _FILL_SIZES:
-            f = [share * min(1.0, sz / size) / m for (m, _, _, sz, share) in rows]
-            consider([a, b, f], lambda c, size=size: (c[0], 1.0 / c[1], c[2], float(size))
+            sz = float(size)
+            f = [r[4] * min(1.0, r[3] / size) / r[0] for r in rows]
+            g = [r[5] * min(1.0, r[3] / size) / r[0] for r in rows]
+            consider([a, b, f], lambda c, sz=sz: (c[0], 1.0 / c[1], c[2], sz, 0.0, 0.0)
                      if physical(c[1]) and c[2] > 0 and latency_ok(c[0]) else None)
-            consider([b, f], lambda c, size=size: (0.0, 1.0 / c[0], c[1], float(size))
+            consider([b, f], lambda c, sz=sz: (0.0, 1.0 / c[0], c[1], sz, 0.0, 0.0)
                      if physical(c[0]) and c[1] > 0 else None)
+            if trees:
+                consider([a, b, g], lambda c, sz=sz: (c[0], 1.0 / c[1], 0.0, 0.0, c[2], sz)
+                         if physical(c[1]) and c[2] > 0 and latency_ok(c[0]) else None, bare)
+                consider([b, g], lambda c, sz=sz: (0.0, 1.0 / c[0], 0.0, 0.0, c[1], sz)
+                         if physical(c[0]) and c[1] > 0 else None, bare)
+                consider([a, b, f, g], lambda c, sz=sz: (c[0], 1.0 / c[1], c[2], sz, c[3], sz)
+                         if physical(c[1]) and c[2] > 0 and c[3] > 0 and latency_ok(c[0]) else None, bare)
     if best is None:  # nothing physical: leave the protocol as modelled
-        return 0.0, 1.0, 0.0, 0.0
+        return 0.0, 1.0, 0.0, 0.0, 0.0, 0.0
     return best[1]
 
 
@@ -420,11 +442,14 @@ def _fit_protocols(group: DeviceGroup, tuning: NcclTuning, runs: Sequence[NcclTe
             rows = _protocol_terms(dataclasses.replace(group, nccl=best), runs)[proto]
             if not rows:
                 continue
-            d, k, fill, fill_bytes = _solve_protocol(rows, proto is Proto.SIMPLE)
-            changes: dict[str, float] = {f"{_PROTO_NAMES[i]}_latency_us": round(d, 3),
+            d, k, fill, fill_bytes, tree_fill, tree_bytes = _solve_protocol(rows, proto is Proto.SIMPLE)
+            changes: dict[str, float | None] = {f"{_PROTO_NAMES[i]}_latency_us": round(d, 3),
                                          f"{_PROTO_NAMES[i]}_bw_scale": round(k, 4)}
             if proto is Proto.SIMPLE:
                 changes["simple_fill_us"], changes["simple_fill_bytes"] = round(fill, 3), fill_bytes
+                if any(r[5] for r in rows):  # a fitted tree fill, or the chunking's (None)
+                    changes["tree_fill_us"] = round(tree_fill, 3) if tree_bytes else None
+                    changes["tree_fill_bytes"] = tree_bytes or None
             trial = dataclasses.replace(best, **changes)
             loss = _loss(dataclasses.replace(group, nccl=trial), runs)
             if loss < best_loss - 1e-9:

@@ -73,6 +73,15 @@ class NetKind(_Parse):
     ETHERNET = "ethernet"  # TCP sockets or TCP offload (e.g. GPUDirect-TCPX/TCPXO)
 
 
+class HostCpu(_Parse):
+    """The host CPU vendor: NCCL's tuning model reads it from the topology (``ncclTopoCpuType``) and charges
+    AMD hosts more for posting network operations and caps their multi-node LL bandwidth lower."""
+
+    INTEL = "intel"
+    AMD = "amd"
+    ARM = "arm"
+
+
 _ALIASES: dict[str, dict[str, str]] = {
     "CollKind": {
         "allreduce": "all_reduce",
@@ -86,5 +95,6 @@ _ALIASES: dict[str, dict[str, str]] = {
         "p2p": "send_recv",
     },
     "Algo": {"nvlstree": "nvls_tree", "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain", "collnet": "collnet_direct"},
+    "HostCpu": {"x86": "intel", "genuineintel": "intel", "authenticamd": "amd", "epyc": "amd", "aarch64": "arm", "grace": "arm"},
     "NetKind": {"infiniband": "ib", "rocev2": "roce", "eth": "ethernet", "tcp": "ethernet", "tcpxo": "ethernet", "socket": "ethernet"},
 }

@@ -101,7 +101,7 @@ def _all_candidates(s: GroupShape, kind: CollKind) -> list[tuple[Algo, Proto]]:
 def _full_channels(s: GroupShape, algo: Algo) -> int:
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
         return 16 if s.arch == "hopper" else 24
-    per_ch = C.PER_CHANNEL_GBPS.get(s.arch, 20.0)
+    per_ch = C.PER_CHANNEL_GBps.get(s.arch, 20.0)
     bw = s.intra_bw_GBps if s.ranks_per_node > 1 else s.net_bw_GBps
     return max(2, min(C.MAX_CHANNELS, round(bw / per_ch)))
 
@@ -115,6 +115,13 @@ def _channels_used(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> 
     return max(1, min(full, size_bytes // per_channel))
 
 
+def ll_max_bw_GBps(s: GroupShape) -> float:
+    """NCCL's LL bus bandwidth ceiling: by GPU generation on one node, by host CPU across nodes (tuning.cc)."""
+    if not s.multi_node:
+        return C.LL_MAX_BW_ONE_NODE[s.arch]
+    return C.LL_MAX_BW_MULTI_NODE[s.host_cpu][s.node_class - 1]
+
+
 def _ring_bus(s: GroupShape) -> float:
     intra = s.intra_bw_GBps if s.ranks_per_node > 1 else math.inf
     return min(intra, s.net_bw_GBps) if s.multi_node else intra
@@ -123,7 +130,7 @@ def _ring_bus(s: GroupShape) -> float:
 def _ring_bw(s: GroupShape, kind: CollKind, proto: Proto, nch: int) -> float:
     bus = _ring_bus(s)
     if proto is LL:
-        bus = min(C.LL_MAX_BW[s.arch][s.node_class], bus * C.RING_LL_FRACTION)
+        bus = min(ll_max_bw_GBps(s), bus * C.RING_LL_FRACTION)
     elif proto is LL128:
         bus = min(bus * C.LL128_FRACTION, nch * C.PER_CH_RING_LL128[s.arch][s.node_class])
     return bus * s.n_ranks / _nsteps(kind, s.n_ranks)
@@ -131,9 +138,13 @@ def _ring_bw(s: GroupShape, kind: CollKind, proto: Proto, nch: int) -> float:
 
 def _tree_bw(s: GroupShape, proto: Proto, nch: int, size_bytes: int) -> float:
     base = s.intra_bw_GBps if s.n_nodes <= 2 else min(s.intra_bw_GBps, s.net_bw_GBps)
-    bus = min(base * C.TREE_SIMPLE_FRACTION, nch * C.PER_CH_TREE[s.arch][s.node_class])
+    # Simple: every GPU of a node's chain sends the message twice (up, then down) over the same NVLink ports a
+    # ring drives, at the ring's rate; NCCL's 0.92 tree derate steers its choice but measured 2-node trees beat it
+    # (docs/network.md, "Accuracy").  LL and LL128 keep it, as NCCL applies it before their own fractions.
+    frac = 1.0 if proto is SIMPLE else C.TREE_SIMPLE_FRACTION
+    bus = min(base * frac, nch * C.PER_CH_TREE[s.arch][s.node_class])
     if proto is LL:
-        bus = min(bus * C.TREE_LL_FRACTION, C.LL_MAX_BW[s.arch][s.node_class])
+        bus = min(bus * C.TREE_LL_FRACTION, ll_max_bw_GBps(s))
     elif proto is LL128:
         frac = C.TREE_LL128_FRACTION[0] if s.n_nodes == 1 else C.TREE_LL128_FRACTION[1]
         bus = min(bus * frac, nch * C.PER_CH_TREE_LL128[s.arch][s.node_class])
@@ -141,6 +152,11 @@ def _tree_bw(s: GroupShape, proto: Proto, nch: int, size_bytes: int) -> float:
     if s.multi_node:  # each node sends and receives about the whole message once per direction
         alg = min(alg, s.net_bw_GBps)
     return alg * _tree_correction(proto, size_bytes)
+
+
+def _tree_peak_bw(s: GroupShape, proto: Proto, nch: int) -> float:
+    """The tree's algorithm bandwidth once its pipelines are full (no medium-size correction)."""
+    return _tree_bw(s, proto, nch, 0)
 
 
 def _tree_correction(proto: Proto, size_bytes: int) -> float:
@@ -213,7 +229,7 @@ def latency_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_byt
         else:
             ni = _inter_steps(kind, nodes)
             if s.multi_node:  # every step of an inter-node ring posts network operations
-                overhead = C.NET_OVERHEAD_US * (C.NET_OVERHEAD_SIMPLE_FACTOR if proto is SIMPLE else 1.0)
+                overhead = C.NET_OVERHEAD_US[s.host_cpu] * (C.NET_OVERHEAD_SIMPLE_FACTOR if proto is SIMPLE else 1.0)
                 intra = max(intra, overhead)
             lat += (steps - ni) * intra + ni * inter
             if proto is SIMPLE and kind is AR and s.multi_node and size_bytes / (_full_channels(s, algo) * n) >= 64:
@@ -239,10 +255,46 @@ def simple_fill_us(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> 
     """Simple's pipeline fill: it grows with the chunk NCCL cuts a message into until the chunk reaches its
     largest size (``simple_fill_bytes`` of message), then stays (measured or calibrated; 0 by default).  A
     collective algorithm pays it (the first chunk crosses every ring or tree stage); point-to-point (send/recv,
-    all-to-all) is one hop and does not."""
-    if proto is not SIMPLE or algo is Algo.P2P or s.simple_fill_bytes <= 0:
+    all-to-all) is one hop and does not.  The tree's fill follows from NCCL's own chunking (:func:`tree_pipeline_fill_us`) unless a calibration replaced it (``tree_fill_us``): the measured
+    Simple fill of rings and NVLS is not the tree's."""
+    if proto is not SIMPLE or algo is Algo.P2P:
+        return 0.0
+    if algo is Algo.TREE:  # a calibrated tree fill replaces the one NCCL's chunking gives
+        if s.tree_fill_bytes > 0:
+            return s.tree_fill_us * min(1.0, size_bytes / s.tree_fill_bytes)
+        return tree_pipeline_fill_us(s, size_bytes)
+    if s.simple_fill_bytes <= 0:
         return 0.0
     return fill_stages(s) * s.simple_fill_us * min(1.0, size_bytes / s.simple_fill_bytes)
+
+
+def tree_depth(s: GroupShape) -> int:
+    """NCCL's tree depth: the chain through a node's GPUs plus the height of the tree over nodes (NCCL sets
+    ``ranks per node - 1 + log2(nodes)``)."""
+    return (s.ranks_per_node - 1) + max(0, s.n_nodes.bit_length() - 1)
+
+
+def tree_chunk_bytes(s: GroupShape, size_bytes: int) -> int:
+    """The chunk NCCL moves a tree Simple all-reduce in (enqueue.cc): one buffer step (the 4 MiB buffer / 8
+    steps), halved while each channel's share holds fewer than 8, 4, 1 x depth chunks (down to 128, 64, 32
+    KiB), never more than a channel's share."""
+    nch, depth = _full_channels(s, Algo.TREE), max(1, tree_depth(s))
+    chunk = C.SIMPLE_BUFFER_BYTES // C.NCCL_STEPS
+    for per_depth, floor in C.TREE_CHUNK_HALVING:
+        while size_bytes // (nch * chunk) < depth * per_depth and chunk > floor:
+            chunk //= 2
+    return min(chunk, -(-size_bytes // nch))
+
+
+def tree_pipeline_fill_us(s: GroupShape, size_bytes: int) -> float:
+    """A tree all-reduce streams once its first chunk has gone up the tree and down again: ``2 x depth - 1``
+    chunk times of one channel before the last stage starts delivering (``chunk x channels / algorithm
+    bandwidth`` each).  2 nodes of 8 A100: 15 x 512 KiB x 12 / 117.5 GB/s = 0.8 ms from 512 MiB on."""
+    nch = _full_channels(s, Algo.TREE)
+    bw = _tree_peak_bw(s, SIMPLE, nch) * s.proto_bw_scale[_PROTO_INDEX[SIMPLE]]
+    if bw <= 0:
+        return 0.0
+    return (2 * tree_depth(s) - 1) * tree_chunk_bytes(s, size_bytes) * nch / (1000.0 * bw)
 
 
 #: the fill is measured on 8-GPU nodes, whose pipelines have 7 intra-node stages

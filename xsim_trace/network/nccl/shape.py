@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from xsim_trace.cluster.model import Cluster, DeviceGroup, IntraKind
 from xsim_trace.errors import ConfigError
-from xsim_trace.network.nccl.kinds import Algo, LinkGen, NetKind, Proto
+from xsim_trace.network.nccl.kinds import Algo, HostCpu, LinkGen, NetKind, Proto
 from xsim_trace.network.nccl.links import link_table
 
 _ARCH_LINK = {"volta": LinkGen.NVLINK2, "ampere": LinkGen.NVLINK3, "hopper": LinkGen.NVLINK4, "blackwell": LinkGen.NVLINK5}
@@ -34,6 +34,7 @@ class GroupShape:
     link: LinkGen
     intra_bw_GBps: float  # ring bus bandwidth inside a node, per GPU
     net: NetKind = NetKind.IB
+    host_cpu: HostCpu = HostCpu.INTEL  # NCCL charges AMD hosts more per network operation (tuning.cc)
     nics_per_node: int = 0
     net_bw_GBps: float = 0.0  # effective scale-out bandwidth per node (0: single node)
     nvls_bw_GBps: float = 0.0  # NVLS all-reduce algorithm bandwidth per GPU (0: no NVLS)
@@ -47,6 +48,10 @@ class GroupShape:
     #: Simple's pipeline fill: ``simple_fill_us x min(1, size / simple_fill_bytes)`` (0: none)
     simple_fill_us: float = 0.0
     simple_fill_bytes: float = 0.0
+    #: a calibrated tree Simple fill, ``tree_fill_us x min(1, size / tree_fill_bytes)``, in place of
+    #: model.tree_pipeline_fill_us (tree_fill_bytes 0: not calibrated)
+    tree_fill_us: float = 0.0
+    tree_fill_bytes: float = 0.0
     algos: tuple[Algo, ...] | None = None  # the algorithms NCCL may use (NCCL_ALGO); None: every one it supports
     protos: tuple[Proto, ...] | None = None  # the protocols NCCL may use (NCCL_PROTO)
     _hash: int = field(default=0, compare=False, repr=False)
@@ -90,14 +95,10 @@ def _replace(s: GroupShape, **changes: object) -> GroupShape:
 
 
 def _arch_of(g: DeviceGroup) -> str | None:
-    from xsim_trace.devices import get_device
-
-    if g.gpu_type.strip().lower() == "generic":
+    """The group's GPU architecture from its resolved spec (None: generic, or one the link table lacks)."""
+    if g.device_spec is None:
         return None
-    try:
-        arch = get_device(g.gpu_type).arch.lower()
-    except ConfigError:
-        return None
+    arch = g.device_spec.arch.lower()
     return arch if arch in _ARCH_LINK else None
 
 
@@ -213,6 +214,7 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         link=link,
         intra_bw_GBps=intra_bw_GBps(g, link),
         net=net,
+        host_cpu=HostCpu(g.nccl.host_cpu),
         nics_per_node=nics,
         net_bw_GBps=_group_net_bw_GBps(g, nics) if n_nodes > 1 else 0.0,
         nvls_bw_GBps=_nvls_bw(g, link, arch) if ranks_per_node > 1 else 0.0,
@@ -222,6 +224,8 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         proto_bw_scale=proto_scale,
         simple_fill_us=fill_us,
         simple_fill_bytes=fill_bytes,
+        tree_fill_us=g.nccl.tree_fill_us or 0.0,
+        tree_fill_bytes=g.nccl.tree_fill_bytes or 0.0,
         algos=_allowed(g.nccl.algorithms, Algo),
         protos=_allowed(g.nccl.protocols, Proto),
         net_latency_us=g.nccl.net_latency_us if g.nccl.net_latency_us is not None else t.net_step_latency_us[net],
@@ -245,12 +249,16 @@ def _group_shape(cluster: Cluster, ranks: tuple[int, ...]) -> GroupShape:
         slow,
         net_bw_GBps=net,
         nvls_bw_GBps=min(s.nvls_bw_GBps for s in shapes),
+        # NCCL reads mixed hosts as AMD ones (tuning.cc: CPU vendor MIXED takes the AMD row)
+        host_cpu=HostCpu.AMD if any(s.host_cpu is HostCpu.AMD for s in shapes) else slow.host_cpu,
         collnet=all(s.collnet for s in shapes),
         latency_us=max(s.latency_us for s in shapes),
         proto_latency_us=tuple(max(v) for v in zip(*(s.proto_latency_us for s in shapes))),
         proto_bw_scale=tuple(min(v) for v in zip(*(s.proto_bw_scale for s in shapes))),
         simple_fill_us=max(s.simple_fill_us for s in shapes),
         simple_fill_bytes=max(s.simple_fill_bytes for s in shapes),
+        tree_fill_us=max(s.tree_fill_us for s in shapes),
+        tree_fill_bytes=max(s.tree_fill_bytes for s in shapes),
         net_latency_us=max(s.net_latency_us for s in shapes),
     )
 
