@@ -52,10 +52,33 @@ def test_ci_rows_take_the_transformer_implementation_from_the_test_case(tool):
     assert {r.golden for r in rows.values()} == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100"}
 
 
+def test_ci_rows_take_run_settings_from_the_test_case_config(tool):
+    """tools/data/megatron_ci_cases.csv: what each test case's model_config.yaml sets beyond the CSV."""
+    cases = tool.load_cases()
+    ci_names = {r.name.split(" [")[0] for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])}
+    in_scope = {r.name.split(" [")[0] for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])
+                if not tool.out_of_scope(r)}
+    assert in_scope <= set(cases) <= ci_names  # every in-scope case read, nothing unknown
+    rows = {r.name: r for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])}
+    # --num-layers-per-virtual-pipeline-stage 1 with 12 layers on pp 4: 3 model chunks per rank
+    vp1 = rows["gpt/gpt3_mcore_te_tp1_pp4_vp1_resume_torch_dist [dev_dgx_a100]"]
+    assert (vp1.fw.vpp, vp1.fw.schedule.value) == (3, "interleaved")
+    assert rows["bert/bert_mcore_tp1_pp4_vp2 [lts_dgx_a100]"].fw.vpp == 3  # 24 layers, pp 4, 2 per chunk
+    assert rows["gpt/gpt3_mcore_te_tp1_pp4_vp1_uneven_pipeline [dev_dgx_a100]"].fw.vpp == 1  # no virtual stages
+    # --attention-backend unfused on a TE case; deterministic mode off where the config leaves it out
+    assert rows["gpt/gpt3_mcore_te_tp1_pp4_vp1 [dev_dgx_a100]"].model.flash_attention is False
+    assert rows["gpt/gpt3_mcore_te_tp2_pp2_resume_torch_dist [dev_dgx_a100]"].fw.deterministic is True
+    assert rows["gpt/gpt3_mcore_te_tp2_pp2_cross_entropy_loss_fusion [dev_dgx_a100]"].fw.deterministic is False
+    # sinkhorn top-1 routing of the 8experts2parallel cases; top-2 where the config says so
+    assert rows["moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_dist_optimizer [dev_dgx_a100]"].model.moe_top_k == 1
+    assert rows["moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4 [dev_dgx_a100]"].model.moe_top_k == 2
+
+
 def test_one_calibration_per_golden_and_out_of_scope_reasons(tool):
     assert set(tool.CALIBRATION) == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100", "sc21"}
     # per golden: the per-call host cost and the two HostModel factors, nothing else
-    assert all(set(c) <= {"host_module_ns", "moe_factor", "attention_core_factor"} for c in tool.CALIBRATION.values())
+    assert all(set(c) <= {"host_module_ns", "moe_factor", "attention_core_factor", "deterministic_factor"}
+               for c in tool.CALIBRATION.values())
     rows = tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])
     oos = [r for r in rows if tool.out_of_scope(r)]
     assert 0 < len(oos) < len(rows) // 5

@@ -125,3 +125,21 @@ def test_host_model_moves_the_estimate_and_the_replayed_trace_alike():
         return sum(n.duration_ns for n in trace.nodes if n.attr(A.IS_CPU_OP, False))
 
     assert cpu_ns(heavy) > cpu_ns(base)
+
+
+def test_deterministic_mode_scales_every_call_of_a_deterministic_run_only():
+    from xsim_trace.workload.host import HostGroup, HostModel
+
+    model = small_llama().with_(flash_attention=False)
+    host = HostModel(attention_core_factor=0.5, deterministic_factor=1.4)
+    assert host.factor(HostGroup.MODULE) == 1.0
+    assert host.factor(HostGroup.MODULE, deterministic=True) == 1.4
+    assert host.factor(HostGroup.ATTENTION_CORE, deterministic=True) == 0.5 * 1.4
+    plain, det = Framework(), Framework(deterministic=True)
+    _, base = _timer(model, plain)
+    ops = [op for op in O.layer_forward(model, plain) if isinstance(op, O.ComputeOp)]
+    fast = _with_host(base, host)
+    slow = type(base)(base.device, base.links, det, host)
+    for op in ops:
+        assert abs(slow.host_ns(op) - 1.4 * fast.host_ns(op)) <= 1, op.name
+        assert slow.device_ns(op, 0) == fast.device_ns(op, 0)  # the device side does not change

@@ -54,15 +54,17 @@ SYSTEMS = {
 #: call (a FrameworkFamily field: each golden is the megatron-core family with its own host costs);
 #: the other two are HostModel fields (xsim_trace.workload.host):
 #: an MoE-block module call costs ``moe_factor`` calls, the unfused attention core
-#: ``attention_core_factor`` calls.  Each golden's three values maximize the rows within 10% (ties:
+#: ``attention_core_factor`` calls, and every call of a run with TE's deterministic kernels (most CI
+#: cases: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, tools/data/megatron_ci_cases.csv) ``deterministic_factor``
+#: times more (``host_module_ns`` is the cost without).  Each golden's four values maximize the rows within 10% (ties:
 #: the lower median |error|) over ALL CI rows of that golden (in scope or not), closed form, by
 #: coordinate descent over FIT_GRIDS (``--fit`` redoes it, ``--cv K`` cross-validates it).  The dev and lts containers differ by ~30% on
 #: identical configurations, so one value per device type cannot serve both.  The SC'21 rows (key
 #: ``sc21``) use the lts_dgx_a100 per-call value, not fitted on them (they are GPU bound).
 CALIBRATION: dict[str, dict[str, float]] = {
-    "dev_dgx_a100": {"host_module_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 0.3},
-    "lts_dgx_a100": {"host_module_ns": 260_000, "moe_factor": 2.0, "attention_core_factor": 1.0},
-    "dev_dgx_h100": {"host_module_ns": 250_000, "moe_factor": 1.6, "attention_core_factor": 0.3},
+    "dev_dgx_a100": {"host_module_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 1.2, "deterministic_factor": 1.0},
+    "lts_dgx_a100": {"host_module_ns": 233_333, "moe_factor": 2.0, "attention_core_factor": 0.7, "deterministic_factor": 1.2},
+    "dev_dgx_h100": {"host_module_ns": 227_273, "moe_factor": 1.6, "attention_core_factor": 1.0, "deterministic_factor": 1.1},
     "sc21": {},  # the megatron-core family's defaults (host cost is negligible there)
 }
 
@@ -80,6 +82,8 @@ OUT_OF_SCOPE = {
     "_mtp_": "multi-token prediction heads not modelled",
     "deepseek_proxy": "DeepSeek proxy: multi-latent attention whose dimensions are not in the table, EP all-to-all overlap",
     "qk_layernorm": "QK layernorm in test mode not modelled",
+    "ep4_etp1_memory_speed": "multi-latent attention, multi-token prediction and shared experts (model_config.yaml)",
+    "selective_recompute_experimental": "multi-latent attention, multi-token prediction and EP all-to-all overlap (model_config.yaml)",
 }
 
 #: CI families this generator cannot express (not a decoder/encoder stack of identical layers, or
@@ -108,8 +112,52 @@ def _int(v: str, default: int = 0) -> int:
     return int(v) if v not in ("", None) else default
 
 
+#: per test case, the run settings the reference CSV does not carry (model_config.yaml of the test case)
+CASES_CSV = Path(__file__).resolve().parent / "data" / "megatron_ci_cases.csv"
+
+
+@dataclass(frozen=True)
+class CaseConfig:
+    """What a Megatron CI test case's model_config.yaml sets beyond the reference CSV's columns."""
+
+    deterministic: bool  # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (with or without --deterministic-mode)
+    attention_backend: str  # auto | flash | unfused | local
+    transformer_impl: str  # transformer_engine | local
+    layers_per_virtual_stage: int  # --num-layers-per-virtual-pipeline-stage (0: absent)
+    virtual_stages: int  # --num-virtual-stages-per-pipeline-rank (0: absent)
+    moe_topk: int
+    moe_ffn: int
+
+
+def load_cases(path: Path = CASES_CSV) -> dict[str, CaseConfig]:
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    out = {}
+    for r in csv.DictReader(lines):
+        out[r["test_case"]] = CaseConfig(
+            deterministic=r["deterministic"] == "true", attention_backend=r["attention_backend"],
+            transformer_impl=r["transformer_impl"], layers_per_virtual_stage=int(r["layers_per_virtual_stage"]),
+            virtual_stages=int(r["virtual_stages"]), moe_topk=int(r["moe_topk"]), moe_ffn=int(r["moe_ffn"]))
+    return out
+
+
+def virtual_chunks(case: CaseConfig | None, layers: int, pp: int, csv_vpp: int) -> int:
+    """Model chunks per pipeline rank of the interleaved schedule.  Megatron's
+    ``--num-layers-per-virtual-pipeline-stage L`` (the CSV's ``vpp`` column holds L) gives
+    layers / (pp * L) chunks; ``--num-virtual-stages-per-pipeline-rank V`` gives V."""
+    if pp <= 1:
+        return 1
+    if case is not None:
+        if case.virtual_stages:
+            return case.virtual_stages
+        per_stage = case.layers_per_virtual_stage
+    else:
+        per_stage = csv_vpp
+    return max(1, layers // (pp * per_stage)) if per_stage else 1
+
+
 def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
     rows = []
+    cases = load_cases()
     with open(path, newline="") as handle:
         for r in csv.DictReader(handle):
             name = r["test_case"]
@@ -132,8 +180,12 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
             # transformer implementation (the test cases' model_config.yaml): BERT runs TE with
             # --attention-backend unfused (local_spec: the local spec); GPT test cases named
             # gpt3_mcore_tp* (no "_te_") run --transformer-impl local; uninstall_te removes TE
-            te = "uninstall_te" not in name and "local_spec" not in name and not re.match(r"gpt/gpt3_mcore_tp\d", name)
-            flash = te and not bert
+            case = cases.get(name)
+            if case is not None:  # the test case's model_config.yaml (tools/data/megatron_ci_cases.csv)
+                flash = case.attention_backend in ("auto", "flash") and case.transformer_impl != "local" and not bert
+            else:
+                te = "uninstall_te" not in name and "local_spec" not in name and not re.match(r"gpt/gpt3_mcore_tp\d", name)
+                flash = te and not bert
             model = ModelSpec(
                 name=name,
                 layers=int(r["layers"]),
@@ -145,16 +197,19 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
                 swiglu="swiglu" in name,
                 flash_attention=flash,
                 moe_experts=experts,
-                moe_top_k=min(2, experts) if experts else 1,
+                moe_top_k=(case.moe_topk if case and case.moe_topk else min(2, experts)) if experts else 1,
+                moe_ffn=case.moe_ffn if case and experts else 0,
                 causal=not bert,
             )
-            vpp = _int(r["vpp"], 1)
+            vpp = virtual_chunks(case, int(r["layers"]), pp, _int(r["vpp"]))
+            if int(r["layers"]) % (pp * vpp) or (int(r["gbs"]) // (int(r["mbs"]) * dp)) % pp:
+                vpp = 1  # chunks Megatron fills with embedding / loss "layers", or a micro-batch count the model rejects
             fw = Framework(
                 tp=tp,
                 pp=pp,
                 dp=dp,
                 cp=cp,
-                vpp=vpp if pp > 1 else 1,
+                vpp=vpp,
                 ep=_int(r["ep"], 1),
                 etp=int(etp.group(1)) if (etp := re.search(r"etp(\d+)", name)) else 0,
                 sequence_parallel=r["seqpar"] == "true",
@@ -166,6 +221,8 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
                 precision="fp8" if r["fp8"] else "bf16",
                 overlap_grad_reduce="overlap_grad_reduce" in name,
                 overlap_param_gather="param_gather" in name,
+                # cases whose model_config.yaml was not read (all out of scope) keep the CI default
+                deterministic=case.deterministic if case is not None else True,
             )
             rows.append(Row("ci", f"{name} [{r['golden']}]", system, r["golden"], model, fw, float(r["steady_median_s"])))
     return rows
@@ -290,14 +347,25 @@ def noise_rows(rows: list[Row], spread: float = 0.15) -> set[str]:
     return out
 
 
-#: search grids of the calibration fit (coordinate descent over these, in this order)
+#: search grids of the calibration fit (coordinate descent over these, in this order).  The search
+#: runs on ``call_ns``, the per-call cost of the golden's deterministic-mode runs (the CI default),
+#: so that moving ``deterministic_factor`` moves only the few runs without deterministic mode;
+#: ``to_calibration`` turns a point into CALIBRATION's fields (host_module_ns = call_ns / factor).
 FIT_GRIDS: dict[str, tuple[float, ...]] = {
-    "host_module_ns": tuple(range(100_000, 500_001, 10_000)),
+    "call_ns": tuple(range(100_000, 500_001, 10_000)),
     "moe_factor": (0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.3, 2.6, 3.0),
     "attention_core_factor": (0.3, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5),
+    "deterministic_factor": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8),
 }
 FIT_WITHIN = 0.10  # a row counts as predicted when within 10%
-FIT_START = {"host_module_ns": 260_000, "moe_factor": 1.0, "attention_core_factor": 1.0}
+FIT_START = {"call_ns": 260_000, "moe_factor": 1.0, "attention_core_factor": 1.0, "deterministic_factor": 1.0}
+
+
+def to_calibration(point: dict[str, float]) -> dict[str, float]:
+    """CALIBRATION fields of a fit point (see FIT_GRIDS)."""
+    cal = {k: v for k, v in point.items() if k != "call_ns"}
+    cal["host_module_ns"] = int(round(point["call_ns"] / point["deterministic_factor"]))
+    return cal
 
 
 class _Scorer:
@@ -310,10 +378,14 @@ class _Scorer:
         #: tracks the replay path (the table's) at closed-form cost
         self.ratios = ratios or {}
 
-    def predict(self, row: Row, cal: dict[str, float]) -> float | None:
-        key = (row.name, cal["host_module_ns"],
+    def predict(self, row: Row, point: dict[str, float]) -> float | None:
+        """Closed form x ratio for a fit point (FIT_GRIDS' fields)."""
+        cal = to_calibration(point)
+        key = (row.name, point["call_ns"],
                cal["moe_factor"] if row.model.moe_experts else None,
-               cal["attention_core_factor"] if not row.model.flash_attention else None)
+               cal["attention_core_factor"] if not row.model.flash_attention else None,
+               # deterministic runs cost call_ns per call whatever the factor; the others call_ns / factor
+               cal["deterministic_factor"] if not row.fw.deterministic else None)
         if key not in self.cache:
             try:
                 self.cache[key] = predict(row, {row.golden: cal})[0] * self.ratios.get(row.name, 1.0)
@@ -373,7 +445,7 @@ def fit(rows: list[Row], scorer: _Scorer | None = None) -> dict[str, dict[str, f
     """One host calibration per golden, fitted on ALL CI rows of that golden (never per row)."""
     scorer = scorer or _Scorer()
     goldens = sorted({r.golden for r in rows if r.source == "ci"})
-    return {g: fit_golden([r for r in rows if r.golden == g], scorer) for g in goldens}
+    return {g: to_calibration(fit_golden([r for r in rows if r.golden == g], scorer)) for g in goldens}
 
 
 def cross_validate(rows: list[Row], folds: int = 5, ratios: dict[str, float] | None = None) -> dict[str, float]:

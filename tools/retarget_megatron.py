@@ -71,8 +71,13 @@ def _scaled(traces, factor: float):
 
 def host_factor(tool, src_row, dst_row) -> float:
     """Target / source host cost per module call of the two goldens' calibrations (fitted on all CI
-    rows of each golden: in-sample for the row predicted)."""
-    return tool.device_for(dst_row, tool.CALIBRATION)[2].host_module_ns / tool.device_for(src_row, tool.CALIBRATION)[2].host_module_ns
+    rows of each golden: in-sample for the row predicted), deterministic-mode factor included."""
+
+    def per_call(row) -> float:
+        family = tool.device_for(row, tool.CALIBRATION)[2]
+        return family.host_module_ns * (family.host.deterministic_factor if row.fw.deterministic else 1.0)
+
+    return per_call(dst_row) / per_call(src_row)
 
 
 def predict_pair(tool, src_row, dst_row) -> tuple[float, float]:

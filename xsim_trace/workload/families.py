@@ -81,15 +81,16 @@ class FrameworkFamily:
 
 #: Megatron-core (Megatron-LM's training loop, TE layers, eager).  The host per-module cost is the
 #: median of the three Megatron-LM CI containers' fits (tools/accuracy_megatron.py --fit: dev A100
-#: 350 us, lts A100 260 us, dev H100 250 us); the per-kind factors are their medians too.
+#: 350 us, lts A100 233 us, dev H100 227 us, each the cost without deterministic kernels); the
+#: per-kind factors and the deterministic-mode factor are their medians too.
 MEGATRON_CORE = FrameworkFamily(
     name="megatron-core",
     description="Megatron-LM / Megatron-core training loop, eager mode, fp32 main grads",
     source="fitted on Megatron-LM CI step times (../shared/reference/megatron_ci_step_times.csv, "
     "median of the per-container fits); optimizer launches from Megatron's distributed optimizer "
     "(one fused Adam multi-tensor pass per bucket)",
-    host_module_ns=260_000,
-    host=HostModel(moe_factor=1.6, attention_core_factor=0.3),
+    host_module_ns=233_333,
+    host=HostModel(moe_factor=1.6, attention_core_factor=1.0, deterministic_factor=1.1),
     aliases=("megatron", "mcore", "megatron-lm", "megatron_core"),
 )
 
@@ -111,8 +112,8 @@ TORCHTITAN = FrameworkFamily(
     description="torchtitan / FSDP2: per-layer sharded parameters, eager PyTorch modules, fp32 gradient reduction",
     source="torchtitan defaults (MixedPrecisionPolicy param bf16, reduce fp32); host per-module cost as "
     "megatron-core (same eager PyTorch dispatch), not fitted on a torchtitan row",
-    host_module_ns=260_000,
-    host=HostModel(moe_factor=1.6, attention_core_factor=0.3),
+    host_module_ns=233_333,
+    host=HostModel(moe_factor=1.6, attention_core_factor=1.0, deterministic_factor=1.1),
     optimizer_fixed_launches=12,
     optimizer_launches_per_bucket=0,
     aliases=("fsdp2", "titan", "torch-titan"),

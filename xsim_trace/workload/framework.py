@@ -68,6 +68,9 @@ class Framework:
     #: MoE routing imbalance: tokens of the busiest expert-parallel rank / the balanced share (>= 1);
     #: the all-to-all and the expert GEMMs wait for that rank
     moe_imbalance: float = 1.0
+    #: deterministic mode (Megatron ``--deterministic-mode``: deterministic kernels, NaN-filled fresh
+    #: allocations); its host cost is the framework family's ``host.deterministic_factor``
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "global_batch"):

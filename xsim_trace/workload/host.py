@@ -14,6 +14,11 @@ so calibrations override it).  :class:`HostModel` scales that base by the kind o
 - ``ATTENTION_CORE``: the unfused attention core (scores, softmax + dropout, context), one module
   call for its kernels: ``attention_core_factor``.
 
+Deterministic mode (Megatron's ``--deterministic-mode``: ``torch.use_deterministic_algorithms``, which
+also fills every fresh ``torch.empty`` allocation with NaN, one more kernel to dispatch per output, and
+TE's deterministic attention paths) scales every call of a run that sets it by
+``deterministic_factor``.
+
 The defaults (all 1, exponent 0) reproduce a plain per-call model.  ``tools/accuracy_megatron.py``
 fits one HostModel per measured container x system (docs/workload.md)."""
 
@@ -37,22 +42,25 @@ class HostModel:
     moe_factor: float = 1.0
     moe_ep_exponent: float = 0.0
     attention_core_factor: float = 1.0
+    deterministic_factor: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("moe_factor", "attention_core_factor"):
+        for name in ("moe_factor", "attention_core_factor", "deterministic_factor"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"expected a non-negative number, found {value!r}", field=f"host.{name}")
         if not isinstance(self.moe_ep_exponent, (int, float)) or not -4.0 <= self.moe_ep_exponent <= 4.0:
             raise ConfigError(f"expected a number in [-4, 4], found {self.moe_ep_exponent!r}", field="host.moe_ep_exponent")
 
-    def factor(self, group: HostGroup, ep: int = 1) -> float:
-        """Multiplier of the base per-call host cost for a module of ``group`` at EP degree ``ep``."""
+    def factor(self, group: HostGroup, ep: int = 1, deterministic: bool = False) -> float:
+        """Multiplier of the base per-call host cost for a module of ``group`` at EP degree ``ep``
+        in a run with (``deterministic``) or without deterministic mode."""
+        mode = self.deterministic_factor if deterministic else 1.0
         if group is HostGroup.MOE:
-            return self.moe_factor * (ep ** self.moe_ep_exponent if self.moe_ep_exponent else 1.0)
+            return mode * self.moe_factor * (ep ** self.moe_ep_exponent if self.moe_ep_exponent else 1.0)
         if group is HostGroup.ATTENTION_CORE:
-            return self.attention_core_factor
-        return 1.0
+            return mode * self.attention_core_factor
+        return mode
 
     @classmethod
     def from_mapping(cls, raw: "dict[str, float]", *, source: str = "") -> "HostModel":
