@@ -19,8 +19,7 @@ from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.workload.layout import Coord, Layout
 from xsim_trace.workload.ops import CommKind, CommOp, WaitOp, pp_activation_bytes
 from xsim_trace.workload.program import Program
-from xsim_trace.workload.framework import Schedule
-from xsim_trace.workload.schedule import Step, interleaved_warmup, stage_order
+from xsim_trace.workload.schedule import Step, stage_order
 from xsim_trace.workload.timing import Timer
 
 log = logging.getLogger(__name__)
@@ -31,8 +30,6 @@ ADAM_BYTES_PER_PARAM = 30
 #: host-side launches per parameter tensor in one optimizer step (zero-grad, main-grad copy,
 #: grad-norm term, Adam multi-tensor chunk, bf16 copy-back)
 OPT_LAUNCHES_PER_TENSOR = 0  # 0: off (fitting it did not lower the CI error)
-#: host cost of one pipeline p2p exchange, in framework module calls
-EXCHANGE_HOST_CALLS = 0.0
 GRAD_BYTES = 4  # fp32 main grads (Megatron accumulates and reduces in fp32 by default for bf16)
 PARAM_BYTES = 2
 
@@ -135,129 +132,37 @@ def _pass_parts(ops: list, rank: int, timer: Timer) -> tuple[int, int, dict[str,
     return total, compute, comm
 
 
-def _consumer(st: Step, s: int, pp: int, total_virtual: int) -> tuple[bool, int, int] | None:
-    """The pass on another stage that takes the output of pass ``st`` on stage ``s`` over the
-    pipeline link, as (forward, micro-batch, virtual stage); None when the output stays on ``s``
-    (the last virtual stage's forward feeds its own backward; the first one's backward ends)."""
-    v = st.chunk * pp + s
-    if st.forward:
-        return (True, st.microbatch, v + 1) if v < total_virtual - 1 else None
-    return (False, st.microbatch, v - 1) if v > 0 else None
-
-
-def _input(st: Step, s: int, pp: int, total_virtual: int) -> tuple[tuple[bool, int, int] | None, int]:
-    """(the pass whose output ``st`` on stage ``s`` takes, that pass's stage)."""
-    v = st.chunk * pp + s
-    if st.forward:
-        return ((True, st.microbatch, v - 1) if v > 0 else None), (v - 1) % pp
-    if v < total_virtual - 1:
-        return (False, st.microbatch, v + 1), (v + 1) % pp
-    return (True, st.microbatch, v), s
-
-
-def exchange_points(order: list[Step], steady_pairs: int = 0, warmup: int = 0) -> list[bool]:
-    """Per pass of a stage's order: whether Megatron's schedule runs a p2p exchange right after it.
-    The plain schedules exchange after every pass (``send_forward_recv_backward`` after a forward,
-    ``send_backward_recv_forward`` after a backward); the interleaved one runs each of its
-    ``steady_pairs`` steady-state forward/backward pairs (after ``warmup`` forwards) followed by
-    one combined exchange (``send_forward_backward_recv_forward_backward``), so a steady forward
-    has none of its own."""
-    points = [True] * len(order)
-    for j in range(steady_pairs):
-        points[warmup + 2 * j] = False
-    return points
-
-
-def _run_schedule(fw, pass_ns: dict, p2p, rendezvous: bool = True, exchange_host_ns: int = 0) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
-    """Event-ordered pipeline schedule: per stage (end ns, busy ns, last backward pass ns).
-
-    With ``rendezvous``, p2p exchanges follow Megatron's ``p2p_communication``: the sends and
-    receives of one exchange are batched (``batch_isend_irecv``) and waited for (then a device
-    synchronize), so a stage starts its next pass only when (a) every receiver of what it sends
-    has posted the matching receive, which it does at its own latest exchange before the pass
-    that takes the tensor, and (b) every tensor it receives in that exchange has arrived, the
-    grad for the paired backward too in the interleaved steady state."""
+def _run_schedule(fw, pass_ns: dict, p2p) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Event-ordered pipeline schedule: per stage (end ns, busy ns, last backward pass ns)."""
     pp, m, vpp = fw.pp, fw.microbatches, fw.vpp
     total_virtual = pp * vpp
     done: dict[tuple[bool, int, int], int] = {}  # (forward, microbatch, virtual) -> finish ns
     orders = {s: stage_order(fw.schedule, s, pp, m, vpp) for s in range(pp)}
-    inter = fw.schedule is Schedule.INTERLEAVED and vpp > 1
-    points = {}
-    for s, o in orders.items():
-        warm = interleaved_warmup(s, pp, m, vpp) if inter else 0
-        points[s] = exchange_points(o, m * vpp - warm if inter else 0, warm)
-    where = {(st.forward, st.microbatch, st.chunk * pp + s): (s, i) for s, o in orders.items() for i, st in enumerate(o)}
-
-    def posted_at(r: int, q: int) -> int:  # index of r's exchange that posts the receive for pass q (-1: before any)
-        return next((e for e in range(q - 1, -1, -1) if points[r][e]), -1)
-
-    ends: dict[int, list[int]] = {s: [] for s in range(pp)}  # per stage, finish ns of its passes in order
     pos = {s: 0 for s in range(pp)}
     free = {s: 0 for s in range(pp)}
     busy = {s: 0 for s in range(pp)}
     last_bwd = {s: 0 for s in range(pp)}
     remaining = sum(len(o) for o in orders.values())
-
-    def arrival(st: Step, s: int) -> int | None:  # when pass st's input is on stage s; None: not yet
-        dep, dep_stage = _input(st, s, pp, total_virtual)
-        if dep is None:
-            return 0
-        if dep not in done:
-            return None
-        return done[dep] + p2p(dep_stage, s)
-
-    def exchange_done(s: int, i: int) -> int | None:  # when stage s may start pass i (i > 0); None: not yet
-        x = i - 1
-        if not points[s][x]:
-            return 0
-        t = ends[s][x] + exchange_host_ns
-        e = x - 1
-        while e >= 0 and not points[s][e]:
-            e -= 1
-        for k in range(e + 1, x + 1):  # passes whose outputs this exchange sends
-            out = _consumer(orders[s][k], s, pp, total_virtual)
-            if out is None:
-                continue
-            r, q = where[out]
-            pe = posted_at(r, q)
-            if pe >= 0:
-                if len(ends[r]) <= pe:
-                    return None
-                t = max(t, ends[r][pe])
-        nxt = i
-        while nxt < len(orders[s]):  # passes whose inputs this exchange receives
-            dep = _input(orders[s][nxt], s, pp, total_virtual)[0]
-            if dep is not None and not (dep[0] and not orders[s][nxt].forward):  # received, not local
-                # (a local input: the last virtual stage's backward takes its own forward)
-                a = arrival(orders[s][nxt], s)
-                if a is None:
-                    return None
-                t = max(t, a)
-            if points[s][nxt]:
-                break
-            nxt += 1
-        return t
-
     while remaining:
         progressed = False
         for s in range(pp):
             while pos[s] < len(orders[s]):
                 st: Step = orders[s][pos[s]]
-                ready = arrival(st, s)
-                if ready is None:
-                    break
-                if rendezvous and pos[s] > 0:
-                    gate = exchange_done(s, pos[s])
-                    if gate is None:
-                        break
-                    ready = max(ready, gate)
                 v = st.chunk * pp + s
+                if st.forward:
+                    dep = (True, st.microbatch, v - 1) if v > 0 else None
+                    dep_stage = (v - 1) % pp
+                else:
+                    dep = (False, st.microbatch, v + 1) if v < total_virtual - 1 else (True, st.microbatch, v)
+                    dep_stage = (v + 1) % pp if v < total_virtual - 1 else s
+                if dep is not None and dep not in done:
+                    break
+                ready = done[dep] + p2p(dep_stage, s) if dep is not None else 0
                 dur = pass_ns[(s, st.chunk, st.forward)]
                 start = max(free[s], ready)
                 free[s] = start + dur
                 busy[s] += dur
                 done[(st.forward, st.microbatch, v)] = free[s]
-                ends[s].append(free[s])
                 if not st.forward:
                     last_bwd[s] = dur
                 pos[s] += 1
@@ -295,9 +200,8 @@ def estimate(program: Program, timer: Timer) -> Estimate:
         a, b = lay.rank(Coord(0, 0, 0, src_stage)), lay.rank(Coord(0, 0, 0, dst_stage))
         return timer.links.p2p_ns(p2p_bytes, timer.links.spans_nodes((a, b)))
 
-    xh = int(round(EXCHANGE_HOST_CALLS * timer.host_call_ns)) if pp > 1 else 0
-    free, busy, last_bwd = _run_schedule(fw, pass_ns, p2p, exchange_host_ns=xh)
-    free_no_p2p = _run_schedule(fw, pass_ns, lambda a, b: 0, exchange_host_ns=xh)[0] if pp > 1 else free
+    free, busy, last_bwd = _run_schedule(fw, pass_ns, p2p)
+    free_no_p2p = _run_schedule(fw, pass_ns, lambda a, b: 0)[0] if pp > 1 else free
     comm_split = {s: [comm[s].get("tp", 0), comm[s].get("cp", 0) + comm[s].get("ep", 0)] for s in range(pp)}
 
     stages = []

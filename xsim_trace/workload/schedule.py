@@ -37,12 +37,6 @@ def one_f_one_b(stage: int, pp: int, m: int) -> list[Step]:
     return order
 
 
-def interleaved_warmup(stage: int, pp: int, m: int, vpp: int) -> int:
-    """Warm-up forwards of ``stage`` in the interleaved schedule; the steady state that follows
-    runs ``m * vpp - warm-up`` forward/backward pairs."""
-    return min((pp - stage - 1) * 2 + (vpp - 1) * pp, m * vpp)
-
-
 def interleaved(stage: int, pp: int, m: int, vpp: int) -> list[Step]:
     """Megatron's interleaved 1F1B with ``vpp`` model chunks per stage; needs m % pp == 0."""
     if m % pp:
@@ -57,7 +51,7 @@ def interleaved(stage: int, pp: int, m: int, vpp: int) -> list[Step]:
         group, pos = divmod(k, pp * vpp)
         return Step(False, group * pp + pos % pp, vpp - 1 - pos // pp)
 
-    warm = interleaved_warmup(stage, pp, m, vpp)
+    warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
     order = [fwd(k) for k in range(warm)]
     f, b = warm, 0
     while f < total:
