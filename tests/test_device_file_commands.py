@@ -15,14 +15,8 @@ from xsim_trace.cli.main import main
 from xsim_trace.io import read_rank_set
 
 from rewrite_helpers import TINY_MODEL
+from workload_helpers import TEST_GPU_DEVICE_FILE as DEVICES
 
-DEVICES = """devices:
-  TestGPU-X:
-    base: H100
-    aliases: [testgpu]
-    bf16_tflops: 500.0
-    fp16_tflops: 500.0
-"""
 
 SLOW_A100 = """devices:
   A100-SXM4-80GB:

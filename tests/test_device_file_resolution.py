@@ -13,13 +13,8 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.devices.catalog import catalog_for, default_catalog
 from xsim_trace.errors import ConfigError
 
-DEVICES = """devices:
-  TestGPU-X:
-    base: H100
-    aliases: [testgpu]
-    bf16_tflops: 500.0
-    fp16_tflops: 500.0
-"""
+from workload_helpers import TEST_GPU_DEVICE_FILE as DEVICES
+
 
 CLUSTER = """name: testgpu-node
 groups:

@@ -17,3 +17,13 @@ def small_llama(layers: int = 4, seq_len: int = 512) -> ModelSpec:
 def setup(model: ModelSpec, fw: Framework, device: str = "H100", nic_gbps: float = 400.0) -> tuple[Program, Timer]:
     dev = get_device(device)
     return Program(model, fw), Timer(dev, LinkModel.for_device(dev, 8, nic_gbps), fw)
+
+
+# A device that exists only in a user's --device-file (the device-file tests write it next to their inputs).
+TEST_GPU_DEVICE_FILE = """devices:
+  TestGPU-X:
+    base: H100
+    aliases: [testgpu]
+    bf16_tflops: 500.0
+    fp16_tflops: 500.0
+"""
