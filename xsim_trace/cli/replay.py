@@ -198,7 +198,7 @@ def _needs_retarget(metadata, cluster, *, retarget: bool, catalog=None) -> bool:
 def cmd_replay(args: argparse.Namespace) -> int:
     from xsim_trace.io import read_rank_set
     from xsim_trace.replay.api import compile_checked
-    from xsim_trace.replay.columnar import compile_rank_files
+    from xsim_trace.replay.columnar import compile_rank_files, read_rank_files
     from xsim_trace.report import write_reports
 
     from xsim_trace.devices.catalog import catalog_for
@@ -212,7 +212,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     options = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
     cluster, backend = network_for(args.cluster, args.backend, catalog, options)
     quiet = getattr(args, "quiet", False)
-    metadata = _rank_metadata(args.trace)
+    # each rank file read once: its metadata comes from the bytes the column decoder walked
+    read = read_rank_files(args.trace, partial=True)
+    metadata = read.metadata()
     if _is_partial(metadata):
         workload, prefix = _compile_completed(args, cluster, quiet, catalog)
     elif _needs_retarget(metadata, cluster, retarget=args.retarget, catalog=catalog):
@@ -222,7 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         workload, prefix = compile_checked(traces, rs.comm_groups, drop_missing_deps=args.drop_missing_deps), rs.prefix
     else:
         # decoded straight into columns where it can (no per-node objects), else the typed way
-        workload, prefix = compile_rank_files(args.trace, drop_missing_deps=args.drop_missing_deps)
+        workload, prefix = compile_rank_files(read, drop_missing_deps=args.drop_missing_deps)
     result = run_compiled(workload, cluster, backend, settings, quiet=quiet, fold=not args.no_fold)
     paths = write_reports(
         result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
@@ -230,14 +232,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     print_outputs(result, paths)
     return 0
-
-
-def _rank_metadata(trace: str) -> dict:
-    """Each present rank's GlobalMetadata record (nothing else of the files is read)."""
-    from xsim_trace.io import find_rank_files, read_metadata
-
-    _prefix, files = find_rank_files(trace, partial=True)
-    return {rank: read_metadata(path) for rank, path in files.items()}
 
 
 def _is_partial(metadata: dict) -> bool:

@@ -20,7 +20,10 @@ from typing import Sequence
 
 import numpy as np
 
+from xsim_trace.errors import XsimError
+from xsim_trace.graph.model import GlobalMetadata
 from xsim_trace.io.et_wanted import INT_ATTRS
+from xsim_trace.io.metadata import metadata_from_bytes
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,8 @@ class NodeColumns:
     ring_order: dict[int, tuple[int, ...]]
     #: nodes per file when several files were read as one set (``read_columns_many``)
     rank_sizes: tuple[int, ...] = ()
+    #: each file's GlobalMetadata record, in file order (decoded from the same bytes as the nodes)
+    metadata: tuple[GlobalMetadata, ...] = ()
 
     def __len__(self) -> int:
         return int(self.node_id.shape[0])
@@ -121,6 +126,18 @@ def _read_bytes(path: str) -> bytes | None:
     return data
 
 
+def _read_file(path: str) -> tuple[bytes, GlobalMetadata] | None:
+    """A file's (uncompressed) bytes and its metadata record, read once; None where either is
+    unreadable (the typed reader words the error)."""
+    data = _read_bytes(path)
+    if data is None:
+        return None
+    try:
+        return data, metadata_from_bytes(data)
+    except XsimError:
+        return None
+
+
 def read_columns(path: str | os.PathLike[str], *, decoder: str | None = None) -> NodeColumns | None:
     """The columns of one ``.et`` file (plain or gzip), or None to read it the typed way."""
     return read_columns_many([path], decoder=decoder)
@@ -142,15 +159,18 @@ def read_columns_many(paths: Sequence[str | os.PathLike[str]], *, decoder: str |
 
 
 def _read_numba(k, names: list[str]) -> NodeColumns | None:
-    """The numba kernel's way: each file is read twice (once to count its nodes, once to decode them
-    into the shared arrays), so no per-file copy of the columns is kept."""
-    sizes = []
+    """The numba kernel's way: each file is read once and its nodes counted, then the files' bytes
+    are decoded into the shared arrays (each file's bytes let go once decoded), so no per-file copy
+    of the columns is kept."""
+    sizes, blobs, metas = [], [], []
     for name in names:
-        data = _read_bytes(name)
-        records = -1 if data is None else int(k.count_records(np.frombuffer(data, np.uint8)))
+        got = _read_file(name)
+        records = -1 if got is None else int(k.count_records(np.frombuffer(got[0], np.uint8)))
         if records < 1:
             return None
         sizes.append(records - 1)
+        blobs.append(got[0])
+        metas.append(got[1])
     total = sum(sizes)
     wn, wo = k.wanted_names()
     node_id = np.empty(total, np.int64)
@@ -161,10 +181,8 @@ def _read_numba(k, names: list[str]) -> NodeColumns | None:
     dep_ptr = np.empty(total + 1, np.int64)
     deps, tables, strs, rings = [], [], [{}, {}], {}
     base = nd_base = 0
-    for name, n in zip(names, sizes):
-        data = _read_bytes(name)
-        if data is None:
-            return None
+    for i, (name, n) in enumerate(zip(names, sizes)):
+        data, blobs[i] = blobs[i], None
         buf = np.frombuffer(data, np.uint8)
         name_off, name_len = np.empty(n, np.int64), np.empty(n, np.int64)
         soff, slen = np.empty((n, k.N_STR), np.int64), np.empty((n, k.N_STR), np.int64)
@@ -188,7 +206,7 @@ def _read_numba(k, names: list[str]) -> NodeColumns | None:
                        duration_micros=dur, names=NameTable.concat(tables) if len(tables) != 1 else tables[0],
                        dep_ptr=dep_ptr, deps=np.concatenate(deps) if deps else np.zeros(0, np.int64),
                        ivals=ivals, ihas=ihas, pg_name=strs[0], comm_kind=strs[1], ring_order=rings,
-                       rank_sizes=tuple(sizes))
+                       rank_sizes=tuple(sizes), metadata=tuple(metas))
 
 
 #: the numpy decoder walks files together in batches of about this many bytes: one walk for many small
@@ -201,13 +219,15 @@ def _read_numpy(names: list[str]) -> NodeColumns | None:
     the batches' columns concatenated."""
     from xsim_trace.io import _et_numpy
 
-    parts, tables, strs, rings, sizes = [], [], [{}, {}], {}, []
+    parts, tables, strs, rings, sizes, metas = [], [], [{}, {}], {}, [], []
     batch: list[bytes] = []
     base = batch_bytes = 0
     for i, name in enumerate(names):
-        data = _read_bytes(name)
-        if data is None:
+        got = _read_file(name)
+        if got is None:
             return None
+        data = got[0]
+        metas.append(got[1])
         batch.append(data)
         batch_bytes += len(data)
         if i + 1 < len(names) and batch_bytes < NUMPY_BATCH_BYTES:
@@ -242,7 +262,7 @@ def _read_numpy(names: list[str]) -> NodeColumns | None:
                        duration_micros=cat("duration_micros"),
                        names=NameTable.concat(tables) if len(tables) != 1 else tables[0], dep_ptr=dep_ptr,
                        deps=cat("deps"), ivals=cat("ivals"), ihas=cat("ihas"), pg_name=strs[0], comm_kind=strs[1],
-                       ring_order=rings, rank_sizes=tuple(sizes))
+                       ring_order=rings, rank_sizes=tuple(sizes), metadata=tuple(metas))
 
 
 def _strings_of(data: bytes, name_off, name_len, soff, slen, loff, llen, base: int, tables: list, strs: list,

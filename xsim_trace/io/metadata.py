@@ -11,6 +11,7 @@ model or words the error.
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from typing import IO
@@ -46,6 +47,21 @@ def read_metadata(source: str | os.PathLike[str] | IO[bytes]) -> GlobalMetadata:
     from xsim_trace.io import et
 
     return et.read_metadata(source)
+
+
+def metadata_from_bytes(data: bytes) -> GlobalMetadata:
+    """The GlobalMetadata record of a whole ``.et`` file's (uncompressed) bytes: what
+    :func:`read_metadata` gives for the file, from bytes already read."""
+    try:
+        ln, pos = _varint(data, 0, len(data))
+        if pos + ln > len(data):
+            raise _Unplain
+        return _metadata(data, pos, pos + ln)
+    except _Unplain:
+        pass
+    from xsim_trace.io import et
+
+    return et.read_metadata(io.BytesIO(data))
 
 
 def _read_plain(path: str) -> GlobalMetadata:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -20,8 +21,9 @@ from xsim_trace.errors import GraphError
 from xsim_trace.graph.bounds import check_bounds, columns_out_of_bounds
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
-from xsim_trace.graph.model import NS_PER_US
+from xsim_trace.graph.model import NS_PER_US, GlobalMetadata
 from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns_many
+from xsim_trace.io.metadata import read_metadata
 from xsim_trace.io.rankset import COMM_GROUPS_SUFFIX, find_rank_files, read_comm_groups, read_rank_set
 from xsim_trace.replay.compile import (
     _KIND_INDEX,
@@ -54,29 +56,58 @@ class _Unsupported(Exception):
     """This input is left to the typed path (which reports the error, or handles the odd case)."""
 
 
+@dataclass(frozen=True)
+class RankFiles:
+    """A rank set's files, each read once: their columns where the column decoder took them (None
+    where it declined, was not asked, or ranks are missing), and each file's metadata record."""
+
+    prefix: str
+    files: Mapping[int, os.PathLike[str]]
+    columns: NodeColumns | None
+
+    def metadata(self) -> dict[int, GlobalMetadata]:
+        """``{rank: GlobalMetadata}``: from the decoded bytes, else read from each file's first record."""
+        ranks = sorted(self.files)
+        if self.columns is not None and len(self.columns.metadata) == len(ranks):
+            return dict(zip(ranks, self.columns.metadata))
+        return {r: read_metadata(self.files[r]) for r in ranks}
+
+
+def read_rank_files(
+    prefix_or_dir: str | os.PathLike[str], *, columnar: bool | None = None, partial: bool = False
+) -> RankFiles:
+    """Find a rank set's files and decode them column-wise (where ranks are 0..N-1 and ``columnar``,
+    None: by size, :data:`COLUMNAR_MIN_BYTES`); ``partial`` allows missing ranks (then no columns)."""
+    prefix, files = find_rank_files(prefix_or_dir, partial=partial)
+    if columnar is None:
+        columnar = sum(os.path.getsize(p) for p in files.values()) >= COLUMNAR_MIN_BYTES
+    cols = None
+    if columnar and sorted(files) == list(range(len(files))):
+        cols = read_columns_many([files[r] for r in sorted(files)])
+    return RankFiles(prefix=prefix, files=files, columns=cols)
+
+
 def compile_rank_files(
-    prefix_or_dir: str | os.PathLike[str],
+    prefix_or_dir: str | os.PathLike[str] | RankFiles,
     *,
     drop_missing_deps: bool = False,
     columnar: bool | None = None,
 ) -> tuple[CompiledWorkload, str]:
-    """``(workload, prefix)`` of a rank set on disk, decoded column-wise where possible.
+    """``(workload, prefix)`` of a rank set on disk (or already read: :func:`read_rank_files`, ranks
+    0..N-1), decoded column-wise where possible.
 
     ``columnar``: None decides by size (:data:`COLUMNAR_MIN_BYTES`), True/False forces it."""
-    prefix, files = find_rank_files(prefix_or_dir)
+    read = prefix_or_dir if isinstance(prefix_or_dir, RankFiles) else read_rank_files(prefix_or_dir, columnar=columnar)
+    prefix, cols = read.prefix, read.columns
     groups_path = prefix + COMM_GROUPS_SUFFIX
     groups = read_comm_groups(groups_path) if os.path.exists(groups_path) else {}
-    if columnar is None:
-        columnar = sum(os.path.getsize(p) for p in files.values()) >= COLUMNAR_MIN_BYTES
-    if columnar:
-        cols = read_columns_many([files[r] for r in sorted(files)])
-        if cols is not None:
-            try:
-                return compile_columns(cols, groups, drop_missing_deps=drop_missing_deps), prefix
-            except _Unsupported as why:
-                log.debug("columnar compile declined (%s); compiling the typed traces", why)
-            except GraphError:
-                log.debug("columnar compile refused the set; the typed path words the error")
+    if cols is not None:
+        try:
+            return compile_columns(cols, groups, drop_missing_deps=drop_missing_deps), prefix
+        except _Unsupported as why:
+            log.debug("columnar compile declined (%s); compiling the typed traces", why)
+        except GraphError:
+            log.debug("columnar compile refused the set; the typed path words the error")
     rs = read_rank_set(prefix)
     check_bounds(rs.traces)  # the typed path refuses what the engine cannot represent (graph/bounds.py)
     return compile_workload(rs.traces, rs.comm_groups, drop_missing_deps=drop_missing_deps), prefix
@@ -162,7 +193,7 @@ def _concat(parts: list[NodeColumns]) -> NodeColumns:
         names=NameTable.concat([p.names for p in parts]), dep_ptr=dep_ptr,
         deps=np.concatenate([p.deps for p in parts]), ivals=np.concatenate([p.ivals for p in parts]),
         ihas=np.concatenate([p.ihas for p in parts]), pg_name=merged("pg_name"), comm_kind=merged("comm_kind"),
-        ring_order=merged("ring_order"),
+        ring_order=merged("ring_order"), metadata=tuple(m for p in parts for m in p.metadata),
     )
 
 
