@@ -78,7 +78,7 @@ def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_framework_flags(group) -> None:
-    """--framework / --cuda-graphs, shared by generate and estimate."""
+    """--framework / --cuda-graphs / --deterministic, shared by generate and estimate."""
     from xsim_trace.workload.families import DEFAULT_FAMILY, list_families
 
     group.add_argument("--framework", default=DEFAULT_FAMILY,
@@ -87,6 +87,10 @@ def add_framework_flags(group) -> None:
     group.add_argument("--cuda-graphs", dest="cuda_graphs", action="store_true", default=None,
                        help="CUDA graphs on (default: the family's setting)")
     group.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false")
+    group.add_argument("--deterministic", action="store_true",
+                       help="deterministic mode (Megatron --deterministic-mode / TE deterministic kernels, "
+                            "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): every host call costs the family's "
+                            "deterministic factor (megatron-core 1.1x); default off")
 
 
 def resolve_family(args: argparse.Namespace):
@@ -144,6 +148,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         recompute=args.recompute, schedule=args.schedule, micro_batch=args.mbs, global_batch=gbs,
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather, lora_rank=args.lora_rank, moe_imbalance=args.moe_imbalance,
+        deterministic=args.deterministic,
     )
     return make_setup(model, fw, device if device is not None else args.device,
                       gpus_per_node=gpus_per_node or args.gpus_per_node,
@@ -202,6 +207,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "model": setup.model.name,
         "device": setup.device.name,
         "framework": setup.family.name if setup.family else None,
+        "deterministic": setup.fw.deterministic,
         "world_size": setup.fw.world_size,
         "microbatches": setup.fw.microbatches,
         "estimated_step_s": round(est.step_s, 6),
