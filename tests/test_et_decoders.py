@@ -182,7 +182,7 @@ def test_hostile_metadata_reads_like_protobuf(tmp_path, data, kind):
     path = tmp_path / "h.0.et"
     path.write_bytes(data.draw(hostile_file("et", seed)) if data.draw(st.booleans()) else seed)
     fast, typed = _metadata_both(path)
-    assert fast == typed
+    assert fast == typed or repr(fast) == repr(typed)  # a damaged double can read as NaN, and NaN != NaN
 
 
 def test_distinct_helpers_equal_np_unique():
