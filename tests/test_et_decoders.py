@@ -108,6 +108,7 @@ def _seed(kind: str, tmp_path_factory=None) -> bytes:
 
 
 @settings(max_examples=int(os.environ.get("XSIM_DECODER_EXAMPLES", "150")), deadline=None, database=None,
+          derandomize="XSIM_DECODER_EXAMPLES" not in os.environ,  # CI runs the same examples; a raised count explores
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data(), kind=st.sampled_from(["odd", "real"]))
 def test_hostile_bytes_decode_the_same_or_both_refuse(tmp_path, data, kind):
@@ -156,6 +157,7 @@ def test_metadata_reads_like_protobuf(generated, tmp_path):
 
 
 @settings(max_examples=int(os.environ.get("XSIM_DECODER_EXAMPLES", "150")), deadline=None, database=None,
+          derandomize="XSIM_DECODER_EXAMPLES" not in os.environ,  # CI runs the same examples; a raised count explores
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data(), kind=st.sampled_from(["odd", "real"]))
 def test_hostile_metadata_reads_like_protobuf(tmp_path, data, kind):
