@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from xsim_trace.replay._borrowed import borrowed
-from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends, rdv_match
+from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends, rdv_match, wake
 
 K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
 # engine events: node done, a chunk's member reaches a step, a delayed issue of a step's sends,
@@ -513,14 +513,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
             sc[S_SEEDED] = 1
             for i in range(indeg.shape[0]):
                 if indeg[i] == 0:
-                    ready[i] = 0
-                    r = res[i]
-                    if busy[r]:
-                        fifo_push(r_head, r_tail, r_next, r, i)
-                    else:
-                        busy[r] = 1
-                        work[nw] = i
-                        nw += 1
+                    nw = wake(i, 0, res, r_head, r_tail, r_next, busy, ready, work, nw)
         else:
             if spent >= budget:
                 return 1

@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends, rdv_match
+from xsim_trace.replay._kernel_common import fifo_pop, fifo_push, node_ends, rdv_match, wake
 
 K_TIMED, K_SEND, K_RECV, K_COLL = 0, 1, 2, 3
 EV_DONE, EV_EAGER, EV_RDV = 0, 1, 2
@@ -156,16 +156,9 @@ def run(ht, hs, hk, ha, hb,  # event heap
             sc[S_SEEDED] = 1
             for i in range(indeg.shape[0]):
                 if indeg[i] == 0:
-                    ready[i] = 0
-                    r = res[i]
-                    if busy[r]:
-                        fifo_push(r_head, r_tail, r_next, r, i)
-                    else:
-                        busy[r] = 1
-                        work[nw] = i
-                        nw += 1
-                        if nw == work.shape[0]:
-                            return 2  # the caller's scratch is too small (cannot happen: sized by n)
+                    nw = wake(i, 0, res, r_head, r_tail, r_next, busy, ready, work, nw)
+                    if nw == work.shape[0]:
+                        return 2  # the caller's scratch is too small (cannot happen: sized by n)
         else:
             if spent >= budget:
                 return 1

@@ -45,14 +45,22 @@ def node_ends(a, now, end, res, r_head, r_tail, r_next, busy, succ_ptr, succ_idx
         s = succ_idx[kk]
         indeg[s] -= 1
         if indeg[s] == 0:
-            ready[s] = now
-            r = res[s]
-            if busy[r]:
-                fifo_push(r_head, r_tail, r_next, r, s)
-            else:
-                busy[r] = 1
-                work[nw] = s
-                nw += 1
+            nw = wake(s, now, res, r_head, r_tail, r_next, busy, ready, work, nw)
+    return nw
+
+
+@njit(cache=True, nogil=True)
+def wake(i, now, res, r_head, r_tail, r_next, busy, ready, work, nw):
+    """Node ``i`` has no dependency left at ``now``: it goes to ``work`` if its resource is free (taking
+    it), else to the resource's FIFO.  Returns the new length of ``work``."""
+    ready[i] = now
+    r = res[i]
+    if busy[r]:
+        fifo_push(r_head, r_tail, r_next, r, i)
+    else:
+        busy[r] = 1
+        work[nw] = i
+        nw += 1
     return nw
 
 
