@@ -107,9 +107,13 @@ def _seed(kind: str, tmp_path_factory=None) -> bytes:
     return _SEEDS[kind]
 
 
-@settings(max_examples=int(os.environ.get("XSIM_DECODER_EXAMPLES", "150")), deadline=None, database=None,
-          derandomize="XSIM_DECODER_EXAMPLES" not in os.environ,  # CI runs the same examples; a raised count explores
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+# both hostile-bytes properties: the same examples on every CI run; XSIM_DECODER_EXAMPLES=N explores at random
+HOSTILE = settings(max_examples=int(os.environ.get("XSIM_DECODER_EXAMPLES", "150")), deadline=None, database=None,
+                   derandomize="XSIM_DECODER_EXAMPLES" not in os.environ,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@HOSTILE
 @given(data=st.data(), kind=st.sampled_from(["odd", "real"]))
 def test_hostile_bytes_decode_the_same_or_both_refuse(tmp_path, data, kind):
     seed = _seed(kind)
@@ -156,9 +160,7 @@ def test_metadata_reads_like_protobuf(generated, tmp_path):
         assert fast == typed, path
 
 
-@settings(max_examples=int(os.environ.get("XSIM_DECODER_EXAMPLES", "150")), deadline=None, database=None,
-          derandomize="XSIM_DECODER_EXAMPLES" not in os.environ,  # CI runs the same examples; a raised count explores
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@HOSTILE
 @given(data=st.data(), kind=st.sampled_from(["odd", "real"]))
 def test_hostile_metadata_reads_like_protobuf(tmp_path, data, kind):
     from xsim_trace.graph.kinds import AttrKind, NodeType
