@@ -36,6 +36,7 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
+from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.network.protocol import BackendCapabilities, Flow
 from xsim_trace.replay.collective_pricing import ScheduleWalkPricer
 from xsim_trace.replay.compile import K_SEND, K_TIMED, CompiledWorkload
@@ -256,9 +257,12 @@ def _collective_windows(w: CompiledWorkload, walk: BookingWalk, start: np.ndarra
     by_shape: dict[tuple, list[int]] = {}
     for inst in w.instances:
         key = (inst.group, inst.comm_type, inst.size_bytes, inst.root, inst.ring)
-        if key in walk.books:
-            g = inst.nodes[0]
-            by_shape.setdefault(key, []).append(int(start[g] + wait[g]))
+        if key not in walk.books:
+            if len(w.groups[inst.group]) > 1 and (inst.size_bytes > 0 or inst.comm_type == CollectiveType.BARRIER):
+                return "a collective with flows was priced without the walk"  # e.g. by another pricer
+            continue
+        g = inst.nodes[0]
+        by_shape.setdefault(key, []).append(int(start[g] + wait[g]))
     out = []
     for key, t0 in by_shape.items():
         book = walk.books[key]
