@@ -161,3 +161,20 @@ def test_folded_and_compiled():
     assert kept(w, switch(32), SETTINGS[2], compiled=True, fold=True)
     got = replay_uncontended(w, switch(32)(), SETTINGS[2], compiled=True, fold=True)
     assert got.stats.folded_ranks == 31
+
+
+def test_collectives_priced_elsewhere_fail_the_check():
+    """The check only vouches for what the booking walk priced: a replay priced by another pricer fails it."""
+    from xsim_trace.replay.collective_pricing import ScheduleWalkPricer  # noqa: PLC0415
+    from xsim_trace.replay.schedule_cache import ScheduleCache  # noqa: PLC0415
+    from xsim_trace.replay.uncontended import BookingWalk, LoneFlows, contention  # noqa: PLC0415
+
+    w = compile_workload(chains(8, 2, 1 << 20))
+    s = SETTINGS[1]
+    view = LoneFlows(switch(8)())
+    walk = BookingWalk(ScheduleCache(w, view, s), s, view)
+    other = ScheduleWalkPricer(ScheduleCache(w, view, s), s)
+    raw = Engine(w, view, s, closed_form=True, pricer=other, compiled=False).run()
+    assert contention(w, raw, walk, view, s) == "a collective with flows was priced without the walk"
+    raw = Engine(w, view, s, closed_form=True, pricer=walk, compiled=False).run()
+    assert contention(w, raw, walk, view, s) is None
