@@ -56,11 +56,11 @@ def applies(backend, w: CompiledWorkload) -> bool:
 
     if not compiled_ca.applies(backend):
         return False
-    comm = np.flatnonzero(w.exec_kind != K_TIMED)
-    if not len(comm):
-        return True
-    pairs = np.unique(np.stack([w.node_rank[comm].astype(np.int64), w.resource[comm].astype(np.int64)], 1), axis=0)
-    return len(pairs) == len(np.unique(pairs[:, 0]))
+    comm = w.exec_kind != K_TIMED
+    res = w.resource[comm].astype(np.int64)
+    first = np.full(w.num_ranks, -1, np.int64)
+    first[w.node_rank[comm]] = res  # some resource of each rank that communicates
+    return bool(np.all(first[w.node_rank[comm]] == res))
 
 
 class LoneFlows:
