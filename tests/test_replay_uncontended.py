@@ -178,3 +178,58 @@ def test_collectives_priced_elsewhere_fail_the_check():
     assert contention(w, raw, walk, view, s) == "a collective with flows was priced without the walk"
     raw = Engine(w, view, s, closed_form=True, pricer=walk, compiled=False).run()
     assert contention(w, raw, walk, view, s) is None
+
+
+def random_program(seed: int, ranks: int) -> tuple[dict[int, Trace], dict[str, tuple[int, ...]]]:
+    """Every rank a chain: computes, collectives over random groups, sends and receives, issued in one
+    global order (so that nothing deadlocks), on one comm stream per rank."""
+    rng = np.random.default_rng(seed)
+    groups = {str(g + 1): tuple(sorted(rng.choice(ranks, size=int(rng.integers(2, ranks + 1)), replace=False).tolist()))
+              for g in range(3)}
+    nodes: dict[int, list] = {r: [] for r in range(ranks)}
+
+    def add(r, name, kind, **attrs):
+        deps = (len(nodes[r]) - 1,) if nodes[r] else ()
+        nodes[r].append(make_node(len(nodes[r]), name, kind, data_deps=deps, **attrs))
+
+    sizes = [1 << 10, 1 << 16, 1 << 20, (1 << 20) + 7]
+    ctypes = [CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER, CollectiveType.BROADCAST]
+    for op in range(int(rng.integers(6, 14))):
+        what = rng.integers(0, 3)
+        if what == 0:
+            r = int(rng.integers(ranks))
+            add(r, f"c{op}", NodeType.COMP, duration_ns=int(rng.integers(1, 50_000)), is_cpu_op=False)
+        elif what == 1:
+            g = str(int(rng.integers(1, 4)))
+            size, ctype = sizes[int(rng.integers(4))], ctypes[int(rng.integers(4))]
+            for r in groups[g]:
+                add(r, f"x{op}", NodeType.COMM_COLL, comm_type=int(ctype), comm_size=size, pg_name=g)
+        else:
+            src, dst = (int(x) for x in rng.choice(ranks, size=2, replace=False))
+            size = sizes[int(rng.integers(4))]
+            add(src, f"s{op}", NodeType.COMM_SEND, comm_dst=dst, comm_size=size, comm_tag=op)
+            add(dst, f"r{op}", NodeType.COMM_RECV, comm_src=src, comm_size=size, comm_tag=op)
+    for r in range(ranks):
+        if not nodes[r]:
+            add(r, "idle", NodeType.COMP, duration_ns=1, is_cpu_op=False)
+    return {r: Trace(make_metadata(world_size=ranks), tuple(n), rank=r) for r, n in nodes.items()}, groups
+
+
+def test_random_programs():
+    """Seeded random programs (computes, collectives of four types over three groups, eager and
+    rendezvous sends) on a switch and on a two-node cluster: wherever the shortcut keeps its replay,
+    every node is the reference engine's."""
+    cl = load_cluster("dgx-a100:2")
+    node_of = [cl.node_of(r) for r in range(16)]
+    taken = 0
+    for seed in range(12):
+        traces, groups = random_program(seed, 8 if seed % 2 else 16)
+        w = compile_workload(traces, groups)
+        p2p = "eager" if seed % 3 else "rendezvous"
+        for s in (ReplaySettings(chunks=2, in_flight=1, endpoint_delay_ns=10, p2p=p2p),
+                  ReplaySettings.from_cli(["tree"], chunks=1, p2p=p2p)):
+            if w.num_ranks == 8:
+                taken += kept(w, switch(8, 50.0, 700), s)
+            else:
+                taken += kept(w, lambda: make_backend("analytical-ca", build_topology(cl)), s, node_of)
+    assert taken >= 4
