@@ -118,18 +118,19 @@ def _hold(ser: np.ndarray) -> np.ndarray:
 
 
 class _Book:
-    """Where one collective shape's flows hold links, relative to its start: per link the first
-    hold's start and the last hold's end (-1: unused); ``why`` once two holds overlapped (or the
-    walk met a link's holds out of time order)."""
+    """Where one collective shape's flows hold links, relative to its start.  While its walk runs, per
+    link the first hold's start and the last hold's end (-1: unused) in ``first`` / ``end`` (scratch
+    arrays over all links, shared by the walk's books one after another); :meth:`close` keeps the
+    links used and their two times, and resets the scratch.  ``why`` once two holds overlapped (or
+    the walk met a link's holds out of time order)."""
 
-    __slots__ = ("first", "end", "why", "_links", "_seen", "_last", "_last_end")
+    __slots__ = ("first", "end", "why", "links", "_tables", "_last", "_last_end")
 
-    def __init__(self, n_links: int) -> None:
-        self.first = np.full(n_links, -1, np.int64)
-        self.end = np.full(n_links, -1, np.int64)
+    def __init__(self, first: np.ndarray, end: np.ndarray) -> None:
+        self.first, self.end = first, end
         self.why: str | None = None
-        self._links: np.ndarray | None = None
-        self._seen: set[int] = set()  # the step tables booked once (their links have a first hold)
+        self.links: np.ndarray | None = None  # after close: the links used, ascending
+        self._tables: dict[int, tuple] = {}  # the step tables booked once (their links have a first hold)
         self._last: tuple | None = None  # the table of the step booked last, while its ends are kept
         self._last_end: np.ndarray | None = None  # ... here, in its hops' order, not yet in ``end``
 
@@ -145,13 +146,13 @@ class _Book:
                 self._last_end = s
             return
         self._flush()
-        if unique and id(table) in self._seen:
+        if unique and id(table) in self._tables:
             if np.any(s < self.end[link]):
                 self.why = "a collective's flows hold a link at once (or out of the walk's order)"
                 return
             self._last, self._last_end = table, s + hold
             return
-        self._seen.add(id(table))
+        self._tables[id(table)] = table
         self._hold(link, s, s + hold, unique)
         if unique and self.why is None:
             self._last, self._last_end = table, self.end[link]
@@ -185,11 +186,16 @@ class _Book:
         self.first[link] = np.where(f < 0, s, f)
         self.end[link] = e
 
-    def links(self) -> np.ndarray:
+    def close(self) -> None:
+        """Keep the links used and their times; reset the scratch for the next shape."""
         self._flush()
-        if self._links is None:
-            self._links = np.flatnonzero(self.end >= 0)
-        return self._links
+        tables = list(self._tables.values())
+        links = np.unique(np.concatenate([t[1] for t in tables])) if tables else np.zeros(0, np.int64)
+        first, end = self.first[links], self.end[links]
+        self.first[links] = -1
+        self.end[links] = -1
+        self.links, self.first, self.end = links, first, end
+        self._tables = {}
 
 
 class BookingWalk(ScheduleWalkPricer):
@@ -199,7 +205,8 @@ class BookingWalk(ScheduleWalkPricer):
     def __init__(self, schedules: ScheduleCache, settings: ReplaySettings, view: LoneFlows) -> None:
         super().__init__(schedules, settings)
         self.view = view
-        self.n_links = len(view.topology.links)
+        n_links = len(view.topology.links)
+        self._scratch = (np.full(n_links, -1, np.int64), np.full(n_links, -1, np.int64))
         self.books: dict[tuple, _Book] = {}
         self._book: _Book | None = None
         self._members: np.ndarray | None = None
@@ -209,10 +216,15 @@ class BookingWalk(ScheduleWalkPricer):
 
     def offsets_ns(self, inst, members):
         key = (inst.group, inst.comm_type, inst.size_bytes, inst.root, inst.ring)
-        if key not in self.books:  # the walk below runs (the base class memoises on the same key)
-            self._book = self.books[key] = _Book(self.n_links)
-            self._members = np.asarray(members, np.int64)
-        return super().offsets_ns(inst, members)
+        if key in self.books:  # walked already (the base class memoises on the same key)
+            return super().offsets_ns(inst, members)
+        self._book = self.books[key] = _Book(*self._scratch)
+        self._members = np.asarray(members, np.int64)
+        try:
+            return super().offsets_ns(inst, members)
+        finally:
+            self._book.close()
+            self._book = None
 
     def _watch(self, hit: CachedSchedule, k: int, issue: np.ndarray) -> None:
         book = self._book
@@ -268,10 +280,9 @@ def _collective_windows(w: CompiledWorkload, walk: BookingWalk, start: np.ndarra
         book = walk.books[key]
         if book.why is not None:
             return book.why
-        links = book.links()
         t = np.asarray(t0, np.int64)[:, None]
-        out.append((np.broadcast_to(links, (len(t0), len(links))).ravel(), (t + book.first[links]).ravel(),
-                    (t + book.end[links]).ravel()))
+        out.append((np.broadcast_to(book.links, (len(t0), len(book.links))).ravel(), (t + book.first).ravel(),
+                    (t + book.end).ravel()))
     return out
 
 
