@@ -1,5 +1,5 @@
 """Rows of a measured-runs table that report model FLOPs utilisation (``metric`` = ``MFU``, value in %) instead of
-an iteration time: what their source fixes, and why such a row cannot be predicted without its batch and plan.
+an iteration time: what their source fixes (the prediction itself: :mod:`xsim_trace.validate.hetero_flashflex`).
 
 The only MFU rows known are HexiScale / FlashFlex's (arXiv 2409.01143; github.com/Relaxed-System-Lab/FlashFlex,
 README "Performance Results" at 5ee1726).  What that repository fixes, read from its files:
@@ -18,9 +18,10 @@ README "Performance Results" at 5ee1726).  What that repository fixes, read from
 What it does not give: the global batch, the micro-batch count, the plan HexiScale's search chose for each README
 setting (``--hetero_configs``, ``--layer_partitions``; the search in ``experimental/main.py`` starts from a random
 partition and its inputs, batch and assumed inter-node bandwidth included, are not recorded), and the Megatron
-baselines' TP / PP / DP and batch.  The measured MFU therefore converts to a throughput (tokens/s, below) but not to
-an iteration time, and there is no deployment to predict: :func:`mfu_row_error` says so, naming the first missing
-column.
+baselines' TP / PP / DP and batch.  The measured MFU therefore converts to a throughput (tokens/s, below), and to
+an iteration time only at an assumed batch, and the deployment has to be chosen (by xsim's plan search, in
+:mod:`~xsim_trace.validate.hetero_flashflex`); :func:`mfu_row_error` names the column of an MFU row that is not
+predicted.
 """
 
 from __future__ import annotations
