@@ -40,6 +40,7 @@ from xsim_trace.plan.model import DeviceGroup
 from xsim_trace.plan.model_spec import ModelSpec
 from xsim_trace.plan.schedules import Schedule
 from xsim_trace.plan.space import Space
+from xsim_trace.units import GBps_to_gbps
 from xsim_trace.validate.hetero_mfu import (
     FLASHFLEX_PEAK_TFLOPS,
     FLASHFLEX_SEQ,
@@ -247,7 +248,7 @@ def predict_flashflex(raw: RawRow, cal) -> FlashFlexPrediction:
     from xsim_trace.validate.hetero_predict import nic_achievable_gbps
 
     run = flashflex_run(raw)
-    line_gbps = FLASHFLEX_INTER_GiBps * 2**30 * 8 / 1e9
+    line_gbps = GBps_to_gbps(FLASHFLEX_INTER_GiBps * 2**30 / 1e9)  # GiB/s -> GB/s -> Gb/s
     nic = nic_achievable_gbps(line_gbps, "ethernet", cal)
     groups = plan_groups(run, cal.pcie_efficiency, cal.nvlink_efficiency, nic)
     space = search_space(run, groups)
