@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import pytest
 
 from xsim_trace.workload import ops as O
 from xsim_trace.workload.framework import Framework
@@ -144,30 +143,3 @@ def test_deterministic_mode_scales_every_call_of_a_deterministic_run_only():
     for op in ops:
         assert abs(slow.host_ns(op) - 1.4 * fast.host_ns(op)) <= 1, op.name
         assert slow.device_ns(op, 0) == fast.device_ns(op, 0)  # the device side does not change
-
-
-def test_local_transformer_impl_scales_every_call_and_no_kernel():
-    """Megatron's local modules (--transformer-impl local) cost local_impl_factor TE calls each, on
-    top of the other factors; kernel times do not change; names parse at the boundary."""
-    from xsim_trace.errors import ConfigError
-    from xsim_trace.workload.framework import TransformerImpl
-    from xsim_trace.workload.host import HostGroup, HostModel
-
-    host = HostModel(attention_core_factor=0.5, deterministic_factor=1.4, local_impl_factor=0.75)
-    assert host.factor(HostGroup.MODULE, local=True) == 0.75
-    assert host.factor(HostGroup.ATTENTION_CORE, deterministic=True, local=True) == 0.5 * 1.4 * 0.75
-    assert HostModel().factor(HostGroup.MODULE, local=True) == 1.0
-    local = Framework(transformer_impl="local")
-    assert local.transformer_impl is TransformerImpl.LOCAL
-    assert Framework().transformer_impl is TransformerImpl.TRANSFORMER_ENGINE
-    with pytest.raises(ConfigError, match="transformer_impl"):
-        Framework(transformer_impl="apex")
-    with pytest.raises(ConfigError, match="local_impl_factor"):
-        HostModel(local_impl_factor=-1.0)
-    model = small_llama().with_(flash_attention=False)
-    _, base = _timer(model, Framework())
-    te = _with_host(base, host)
-    loc = type(base)(base.device, base.links, local, host)
-    for op in (op for op in O.layer_forward(model, Framework()) if isinstance(op, O.ComputeOp)):
-        assert abs(loc.host_ns(op) - 0.75 * te.host_ns(op)) <= 1, op.name
-        assert loc.device_ns(op, 0) == te.device_ns(op, 0)

@@ -91,9 +91,6 @@ def add_framework_flags(group) -> None:
                        help="deterministic mode (Megatron --deterministic-mode / TE deterministic kernels, "
                             "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): every host call costs the family's "
                             "deterministic factor (megatron-core 1.1x); default off")
-    group.add_argument("--transformer-impl", default="transformer_engine", choices=("transformer_engine", "local"),
-                       help="module implementation (Megatron --transformer-impl): every host call of a local run "
-                            "costs the family's local_impl_factor (default transformer_engine)")
 
 
 def resolve_family(args: argparse.Namespace):
@@ -151,7 +148,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         recompute=args.recompute, schedule=args.schedule, micro_batch=args.mbs, global_batch=gbs,
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather, lora_rank=args.lora_rank, moe_imbalance=args.moe_imbalance,
-        deterministic=args.deterministic, transformer_impl=getattr(args, "transformer_impl", "transformer_engine"),
+        deterministic=args.deterministic,
     )
     return make_setup(model, fw, device if device is not None else args.device,
                       gpus_per_node=gpus_per_node or args.gpus_per_node,

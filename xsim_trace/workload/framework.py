@@ -18,14 +18,6 @@ class Recompute(enum.Enum):
     FULL = "full"  # every layer's forward recomputed in backward
 
 
-class TransformerImpl(enum.Enum):
-    """Megatron's ``--transformer-impl``: Transformer Engine modules (the default) or Megatron's own
-    ``local`` modules (torch.nn layers, Megatron's parallel linears, the unfused attention core)."""
-
-    TRANSFORMER_ENGINE = "transformer_engine"
-    LOCAL = "local"
-
-
 class Schedule(enum.Enum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
@@ -79,9 +71,6 @@ class Framework:
     #: deterministic mode (Megatron ``--deterministic-mode``: deterministic kernels, NaN-filled fresh
     #: allocations); its host cost is the framework family's ``host.deterministic_factor``
     deterministic: bool = False
-    #: which module implementation issues the layers (``--transformer-impl``); its host cost per module
-    #: call is the framework family's ``host.local_impl_factor`` times a TE module's under ``local``
-    transformer_impl: TransformerImpl = TransformerImpl.TRANSFORMER_ENGINE
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "global_batch"):
@@ -96,8 +85,6 @@ class Framework:
             raise ConfigError(f"expected a number >= 1, found {self.moe_imbalance!r}", field="framework.moe_imbalance")
         object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "framework.recompute"))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "framework.schedule"))
-        object.__setattr__(self, "transformer_impl",
-                           _enum(TransformerImpl, self.transformer_impl, "framework.transformer_impl"))
         object.__setattr__(self, "precision", Precision.parse(self.precision, field_name="framework.precision"))
         if self.precision not in (Precision.BF16, Precision.FP16, Precision.FP8):
             raise ConfigError(f"expected precision bf16, fp16 or fp8, found {self.precision.value}", field="framework.precision")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from xsim_trace.devices.kernels import shaped_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
 from xsim_trace.workload.comm import LinkModel
-from xsim_trace.workload.framework import Framework, TransformerImpl
+from xsim_trace.workload.framework import Framework
 from xsim_trace.workload.families import FrameworkFamily
 from xsim_trace.workload.host import HostModel
 from xsim_trace.workload.layout import Layout
@@ -67,8 +67,7 @@ class Timer:
     def host_ns(self, op: Op) -> int:
         if isinstance(op, (CommOp, WaitOp)):
             return 0
-        factor = self.host_model.factor(op.host_group, self.fw.ep, self.fw.deterministic,
-                                        self.fw.transformer_impl is TransformerImpl.LOCAL)
+        factor = self.host_model.factor(op.host_group, self.fw.ep, self.fw.deterministic)
         return int(round(op.kernels * op.host_weight * self.host_call_ns * factor))
 
     def group(self, kind: CommKind, rank: int) -> tuple[int, ...]:
