@@ -11,6 +11,7 @@ pricer, memoised per shape), the transfer time of every (p2p key, size) a send/r
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Callable
 
 import numpy as np
@@ -44,21 +45,22 @@ def _collectives(w: CompiledWorkload, pricer, full=None) -> tuple:
     sizes = np.fromiter((len(x.nodes) for x in w.instances), np.int64, n_inst)
     ptr = np.zeros(n_inst + 1, np.int64)
     np.cumsum(sizes, out=ptr[1:])
-    nodes = np.empty(int(ptr[-1]), np.int64)
-    off = np.zeros(int(ptr[-1]), np.int64)
+    nodes = np.fromiter(chain.from_iterable(x.nodes for x in w.instances), np.int64, int(ptr[-1]))
+    offs: list = []  # per instance its members' offsets, zeros where not priced
     priced = np.zeros(n_inst, np.int8)
+    barrier = CollectiveType.BARRIER
     for x, inst in enumerate(w.instances):
-        a, b = int(ptr[x]), int(ptr[x + 1])
-        nodes[a:b] = inst.nodes
         members = w.groups[inst.group] if full is None else full[1][inst.group]
-        if len(members) <= 1 or (inst.size_bytes == 0 and inst.comm_type != CollectiveType.BARRIER):
+        if len(members) <= 1 or (inst.size_bytes == 0 and inst.comm_type != barrier):
+            offs.append((0,) * len(inst.nodes))
             continue
         priced[x] = 1
         if full is None:
-            off[a:b] = pricer.offsets_ns(inst, members)
+            offs.append(pricer.offsets_ns(inst, members))
         else:
             where = np.searchsorted(members, full[0][list(w.groups[inst.group])])
-            off[a:b] = np.asarray(pricer.offsets_ns(inst, members), np.int64)[where]
+            offs.append(np.asarray(pricer.offsets_ns(inst, members), np.int64)[where].tolist())
+    off = np.fromiter(chain.from_iterable(offs), np.int64, int(ptr[-1]))
     inst_of = w.coll_instance.astype(np.int64)
     return inst_of, np.zeros(n_inst, np.int64), ptr, nodes, off, priced
 
