@@ -45,7 +45,6 @@ from xsim_trace.replay.compiled_loop import run_compiled
 from xsim_trace.replay.compile import K_COLL, K_RECV, K_SEND, CompiledWorkload
 from xsim_trace.replay.events import EventQueue
 from xsim_trace.replay.flow_port import NO_HORIZON_NS, FlowPort, make_flow
-from xsim_trace.replay.model_flows import ModelPacedFlows
 from xsim_trace.replay.p2p import P2PMatcher
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
@@ -126,7 +125,7 @@ class Engine:
         self.closed_form = ok if closed_form is None else (closed_form and ok)
         self.progress = progress
         self.schedules = ScheduleCache(workload, backend, self.settings, self.node_of)
-        lowering = isinstance(pricer, ModelPacedFlows)
+        lowering = _is_model_paced(pricer)
         self.lowering = pricer if lowering and not self.closed_form else None
         if lowering and self.closed_form:
             pricer = pricer.pricer  # its model, priced whole
@@ -268,6 +267,13 @@ class Engine:
         for i in range(w.num_nodes):
             if times.end[i] < 0:
                 raise GraphError("replay deadlocked: node never became ready", rank=int(w.node_rank[i]), node=int(w.node_id[i]))
+
+
+def _is_model_paced(pricer) -> bool:
+    """Whether ``pricer`` is a :class:`~xsim_trace.replay.model_flows.ModelPacedFlows` (not imported
+    unless loaded already: no instance can exist before, and it brings in the NCCL model)."""
+    mod = sys.modules.get("xsim_trace.replay.model_flows")
+    return mod is not None and isinstance(pricer, mod.ModelPacedFlows)
 
 
 def _arrays(times: NodeTimes) -> tuple[np.ndarray, ...]:
