@@ -18,6 +18,7 @@ import numpy as np
 
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.replay.compile import K_SEND, CompiledWorkload
+from xsim_trace.replay.distinct import distinct_rows
 from xsim_trace.replay.p2p_keys import p2p_keys
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
@@ -90,7 +91,7 @@ def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool, rank_ids: 
         if rank_ids is not None:
             uniq = np.stack([rank_ids[uniq[:, 0]], rank_ids[uniq[:, 1]], uniq[:, 2]], 1)
         # every size a pair on a key can move: max(size1 of send, size1 of recv) is one of them
-        ks = np.unique(np.stack([key[idx], size1[idx]], 1), axis=0)
+        ks = distinct_rows(np.stack([key[idx], size1[idx]], 1))[0]  # (np.unique would import numpy.ma)
         n_keys = len(uniq)
         size_ptr = np.zeros(n_keys + 1, np.int64)
         np.cumsum(np.bincount(ks[:, 0], minlength=n_keys), out=size_ptr[1:])
