@@ -286,7 +286,7 @@ def _diff_plan(datas: list[bytes]) -> list[tuple] | None:
         b = base_of_len.get(len(data))
         if b is not None:
             changed = et_diff.changed_records(data, datas[b], framings[b])
-            if changed is not None and changed.shape[0] <= et_diff.MAX_CHANGED_FRACTION * framings[b].nodes:
+            if changed is not None and changed.records.shape[0] <= et_diff.MAX_CHANGED_FRACTION * framings[b].nodes:
                 plan.append((b, changed))
                 continue
         framed = _et_numpy.frame(data)
@@ -338,13 +338,13 @@ def _decode_by_difference(plan: list[tuple], batch: list[int], datas: list[bytes
         offs.append(off)
         off += len(datas[i])
     joined = datas[batch[0]] if len(batch) == 1 else b"".join(datas[i] for i in batch)
-    changed = [plan[i][1] for i in batch]
+    bases = [local[plan[i][0]] for i in batch]
+    changed = [et_diff.to_decode(plan[i][1], b) for i, b in zip(batch, bases)]
     starts, ends = et_diff.record_bounds([plan[i][2] for i in batch], changed, offs)
     fresh = _et_numpy.decode_records(joined, starts, ends)
     if not isinstance(fresh, tuple):
         log.debug("numpy decoder status %s, reading the set the typed way", fresh)
         return None, (), joined
-    bases = [local[plan[i][0]] for i in batch]
     return et_diff.splice(bases, changed, offs, fresh), tuple(int(b.node_id.shape[0]) for b in bases), joined
 
 

@@ -43,23 +43,49 @@ def framing(framed: tuple[list[int], list[int]]) -> Framing:
     return Framing(np.asarray(framed[0], np.int64), np.asarray(framed[1], np.int64))
 
 
-def changed_records(data: bytes, base_data: bytes, base: Framing) -> np.ndarray | None:
-    """The node records (indices from 0, metadata excluded) of ``data`` holding a byte that differs
-    from ``base_data``, a file of the same length framed as ``base``; None when a length prefix
-    differs (the framing may then differ: decode the file whole)."""
+class Changes(NamedTuple):
+    """Where a file differs from its base: ``records`` (node records, indices from 0, ascending)
+    hold a changed byte; ``at`` / ``node``: each changed byte of a node record and its record."""
+
+    records: np.ndarray
+    at: np.ndarray
+    node: np.ndarray
+
+
+def changed_records(data: bytes, base_data: bytes, base: Framing) -> Changes | None:
+    """Where ``data`` differs from ``base_data``, a file of the same length framed as ``base``; None
+    when a length prefix differs (the framing may then differ: decode the file whole)."""
     diff = np.flatnonzero(np.frombuffer(data, np.uint8) != np.frombuffer(base_data, np.uint8))
     if diff.size == 0:
-        return diff
+        return Changes(diff, diff, diff)
     rec = np.searchsorted(base.ends, diff, side="right")  # the first record ending after the byte
     if np.any(rec >= base.ends.shape[0]) or np.any(diff < base.starts[np.minimum(rec, base.ends.shape[0] - 1)]):
         return None
-    nodes = rec[rec >= 1] - 1  # ascending, as the bytes are
+    in_node = rec >= 1  # (a change in the metadata record leaves the node columns alone)
+    at, nodes = diff[in_node], rec[in_node] - 1  # ascending, as the bytes are
     if nodes.size < 2:
-        return nodes
+        return Changes(nodes, at, nodes)
     keep = np.empty(nodes.shape[0], bool)
     keep[0] = True
     np.not_equal(nodes[1:], nodes[:-1], out=keep[1:])
-    return nodes[keep]
+    return Changes(nodes[keep], at, nodes)
+
+
+def to_decode(changes: Changes, base: FileColumns) -> np.ndarray:
+    """The changed records that must be decoded afresh: all but those whose every changed byte lies
+    in the payload of their name or of a string attribute the columns keep (``soff``).  Those
+    payloads are never interpreted by the decoder (their tag and length bytes are not in them), and
+    the names and strings are read from the file's own bytes at the base's offsets afterwards."""
+    if changes.at.size == 0:
+        return changes.records
+    k, at = changes.node, changes.at
+    off, ln = base.name_off[k], base.name_len[k]
+    free = (at >= off) & (at < off + ln)
+    for j in range(base.soff.shape[1]):
+        so, sl = base.soff[k, j], base.slen[k, j]
+        free |= (so >= 0) & (at >= so) & (at < so + sl)
+    fixed = np.bincount(k[~free], minlength=int(k[-1]) + 1)  # changed bytes outside those payloads
+    return changes.records[fixed[changes.records] > 0]
 
 
 def file_slice(cols: FileColumns, first: int, stop: int, byte_off: int) -> FileColumns:
