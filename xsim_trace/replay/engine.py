@@ -224,8 +224,11 @@ class Engine:
         if got is None:
             return None
         found, p2p, colls = got
+        backend = fold_loop.backend_copy(self.backend)
+        if backend is None:
+            return None
         wq, q, pricer = fold_loop.quotient_workload(w, found, colls)
-        tq, stats, finished = self._run_python(wq, fold_loop.backend_copy(self.backend), pricer, None)
+        tq, stats, finished = self._run_python(wq, backend, pricer, None)
         why = "the quotient did not finish" if finished != wq.num_nodes else None
         if why is None:
             times = expand(w, found, q, _arrays(tq))
