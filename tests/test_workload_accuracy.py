@@ -74,6 +74,27 @@ def test_ci_rows_take_run_settings_from_the_test_case_config(tool):
     assert rows["moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4 [dev_dgx_a100]"].model.moe_top_k == 2
 
 
+def test_ci_rows_take_model_and_optimizer_flags_where_the_config_was_read(tool):
+    """Columns filled only for the test cases whose model_config.yaml was read for them; empty keeps
+    the tool's default or the flag in the test case's name."""
+    cases = tool.load_cases()
+    rows = {r.name: r for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])}
+    big = rows["gpt/gpt3_7b_tp1_pp4_memory_speed [dev_dgx_h100]"]
+    # --vocab-size 131073 padded to 128 * tp, --num-query-groups 8, untied output layer, ZeRO-1 + overlaps
+    assert (big.model.vocab, big.model.kv_heads, big.model.tied_embeddings) == (131200, 8, False)
+    assert (big.fw.zero_stage, big.fw.overlap_grad_reduce, big.fw.overlap_param_gather) == (1, True, True)
+    # flags the name does not carry: distributed optimizer and overlaps of ddp_average_in_collective
+    ddp = rows["moe/gpt3_mcore_te_tp2_pp1_te_8experts2parallel_ddp_average_in_collective [lts_dgx_a100]"]
+    assert (ddp.fw.distributed_optimizer, ddp.fw.overlap_grad_reduce, ddp.fw.overlap_param_gather) == (True, True, True)
+    assert rows["moe/gpt3_mcore_te_tp1_pp1_te_4experts_groupedGEMM_op_fuser [dev_dgx_h100]"].model.swiglu is True
+    assert cases["moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_optimizer"].moe_grouped_gemm is True
+    assert cases["moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_dist_optimizer"].moe_grouped_gemm is False
+    # not read: the name decides (untied) and the defaults stay (GPT-2 vocabulary, MHA)
+    untied = rows["gpt/gpt3_mcore_te_tp1_pp4_resume_torch_dist_untie_embeddings_and_outputs [dev_dgx_a100]"]
+    assert cases[untied.name.split(" [")[0]].untie_embeddings is None
+    assert (untied.model.tied_embeddings, untied.model.vocab, untied.model.kv_heads) == (False, 50304, 8)
+
+
 def test_one_calibration_per_golden_and_out_of_scope_reasons(tool):
     assert set(tool.CALIBRATION) == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100", "sc21"}
     # per golden: the per-call host cost and the two HostModel factors, nothing else
