@@ -98,7 +98,7 @@ def test_ci_rows_take_model_and_optimizer_flags_where_the_config_was_read(tool):
 def test_one_calibration_per_golden_and_out_of_scope_reasons(tool):
     assert set(tool.CALIBRATION) == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100", "sc21"}
     # per golden: the per-call host cost and the two HostModel factors, nothing else
-    assert all(set(c) <= {"host_module_ns", "moe_factor", "attention_core_factor", "deterministic_factor"}
+    assert all(set(c) <= {"host_module_ns", "moe_factor", "attention_core_factor", "deterministic_factor", "local_impl_factor"}
                for c in tool.CALIBRATION.values())
     rows = tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])
     oos = [r for r in rows if tool.out_of_scope(r)]

@@ -62,9 +62,9 @@ SYSTEMS = {
 #: identical configurations, so one value per device type cannot serve both.  The SC'21 rows (key
 #: ``sc21``) use the lts_dgx_a100 per-call value, not fitted on them (they are GPU bound).
 CALIBRATION: dict[str, dict[str, float]] = {
-    "dev_dgx_a100": {"host_module_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 1.2, "deterministic_factor": 1.0},
-    "lts_dgx_a100": {"host_module_ns": 233_333, "moe_factor": 2.0, "attention_core_factor": 0.7, "deterministic_factor": 1.2},
-    "dev_dgx_h100": {"host_module_ns": 227_273, "moe_factor": 1.6, "attention_core_factor": 1.0, "deterministic_factor": 1.1},
+    "dev_dgx_a100": {"host_module_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 1.2, "deterministic_factor": 1.0, "local_impl_factor": 1.0},
+    "lts_dgx_a100": {"host_module_ns": 233_333, "moe_factor": 2.0, "attention_core_factor": 0.7, "deterministic_factor": 1.2, "local_impl_factor": 1.0},
+    "dev_dgx_h100": {"host_module_ns": 227_273, "moe_factor": 1.6, "attention_core_factor": 1.0, "deterministic_factor": 1.1, "local_impl_factor": 1.0},
     "sc21": {},  # the megatron-core family's defaults (host cost is negligible there)
 }
 
@@ -209,9 +209,11 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
             # gpt3_mcore_tp* (no "_te_") run --transformer-impl local; uninstall_te removes TE
             if case is not None:  # the test case's model_config.yaml (tools/data/megatron_ci_cases.csv)
                 flash = case.attention_backend in ("auto", "flash") and case.transformer_impl != "local" and not bert
+                local_impl = case.transformer_impl == "local"
             else:
                 te = "uninstall_te" not in name and "local_spec" not in name and not re.match(r"gpt/gpt3_mcore_tp\d", name)
                 flash = te and not bert
+                local_impl = not te
             model = ModelSpec(
                 name=name,
                 layers=int(r["layers"]),
@@ -251,6 +253,7 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
                 overlap_param_gather=flag("overlap_param_gather", "param_gather" in name),
                 # cases whose model_config.yaml was not read (all out of scope) keep the CI default
                 deterministic=case.deterministic if case is not None else True,
+                transformer_impl="local" if local_impl else "transformer_engine",
             )
             rows.append(Row("ci", f"{name} [{r['golden']}]", system, r["golden"], model, fw, float(r["steady_median_s"])))
     return rows
@@ -384,9 +387,11 @@ FIT_GRIDS: dict[str, tuple[float, ...]] = {
     "moe_factor": (0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.3, 2.6, 3.0),
     "attention_core_factor": (0.3, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5),
     "deterministic_factor": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8),
+    "local_impl_factor": (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0, 1.1, 1.2),
 }
 FIT_WITHIN = 0.10  # a row counts as predicted when within 10%
-FIT_START = {"call_ns": 260_000, "moe_factor": 1.0, "attention_core_factor": 1.0, "deterministic_factor": 1.0}
+FIT_START = {"call_ns": 260_000, "moe_factor": 1.0, "attention_core_factor": 1.0, "deterministic_factor": 1.0,
+             "local_impl_factor": 1.0}
 
 
 def to_calibration(point: dict[str, float]) -> dict[str, float]:
@@ -413,7 +418,8 @@ class _Scorer:
                cal["moe_factor"] if row.model.moe_experts else None,
                cal["attention_core_factor"] if not row.model.flash_attention else None,
                # deterministic runs cost call_ns per call whatever the factor; the others call_ns / factor
-               cal["deterministic_factor"] if not row.fw.deterministic else None)
+               cal["deterministic_factor"] if not row.fw.deterministic else None,
+               cal["local_impl_factor"] if row.fw.transformer_impl == "local" else None)
         if key not in self.cache:
             try:
                 self.cache[key] = predict(row, {row.golden: cal})[0] * self.ratios.get(row.name, 1.0)
