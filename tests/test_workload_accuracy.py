@@ -117,3 +117,21 @@ def test_ci_closed_form_accuracy_does_not_regress(tool):
     in_scope = [e for r in rows if not tool.out_of_scope(r) for e in [errs[r.name]]]
     assert statistics.median(errs.values()) < 0.12
     assert statistics.median(in_scope) < 0.105
+
+
+def test_residuals_tool_groups_the_rows_of_a_csv(tool, tmp_path, capsys):
+    """tools/residuals_megatron.py: medians by group from the accuracy tool's --csv."""
+    spec = importlib.util.spec_from_file_location("residuals_megatron", TOOL.parent / "residuals_megatron.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "rows.csv"
+    out.write_text("source,row,measured_s,simulated_s,error_pct,path,out_of_scope\n"
+                   "ci,gpt/gpt3_mcore_tp1_pp2 [dev_dgx_a100],1,1.2,20.0,estimate,\n"
+                   "ci,gpt/gpt3_mcore_tp1_pp4 [dev_dgx_a100],1,1.1,10.0,estimate,\n"
+                   "ci,gpt/gpt3_mcore_te_tp1_pp4_vp1 [lts_dgx_a100],1,0.7,-30.0,estimate,\n")
+    assert mod.main([str(out), "--group", "all"]) == 0
+    text = capsys.readouterr().out
+    assert "dev_dgx_a100 local" in text and "signed median  +15.0%" in text  # the two local-module rows
+    assert "lts_dgx_a100 unfused" in text and "worse than 25%: 1" in text
+    with pytest.raises(SystemExit):
+        mod.main([str(tmp_path / "missing.csv")])

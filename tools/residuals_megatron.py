@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", choices=sorted(GROUPINGS), action="append", help="groupings to print (default: all three)")
     ap.add_argument("--reference", type=Path, default=am.DEFAULT_REFERENCE)
     args = ap.parse_args(argv)
+    if not args.csv.is_file():
+        ap.error(f"{args.csv}: no such file (write it with tools/accuracy_megatron.py --csv {args.csv})")
     errors = {r["row"]: float(r["error_pct"]) for r in csv.DictReader(args.csv.open())}
     cases = am.load_cases()
     rows = []
