@@ -256,9 +256,15 @@ def row_cluster_name(row: HeteroRow) -> str:
                                           f"(known: {', '.join(sorted(set(p for _, p in CLUSTER_KEYWORDS)))})")
 
 
+@functools.lru_cache(maxsize=None)
+def _preset(name: str):
+    """A bundled cluster preset, read once (presets are package data; a Cluster is immutable)."""
+    return load_cluster(name)
+
+
 def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
     """Each node's links from the row's cluster preset (the group of the node's GPU type)."""
-    cluster = load_cluster(row_cluster_name(row))
+    cluster = _preset(row_cluster_name(row))
     out = []
     for dev_name in row.plan.node_devices:
         group = next((g for g in cluster.groups if g.device_spec is not None and g.device_spec.name == dev_name), None)
@@ -353,6 +359,14 @@ def _p2p_ns(nbytes: int, a: Placement, b: Placement, links: tuple[NodeLinks, ...
     return int(lat + per_rank / bw)
 
 
+@functools.lru_cache(maxsize=4096)
+def _schedule(fwd: tuple[int, ...], bwd: tuple[int, ...], p2p: tuple[int, ...], m: int, p2p_bwd: tuple[int, ...],
+              order: ExchangeOrder, eager_act: tuple[bool, ...], eager_grad: tuple[bool, ...]) -> tuple[int, ...]:
+    """:func:`schedule_1f1b`, remembered: a calibration fit re-predicts the same pipelines many times."""
+    return tuple(schedule_1f1b(list(fwd), list(bwd), list(p2p), m, list(p2p_bwd), order=order,
+                               eager_act=list(eager_act), eager_grad=list(eager_grad)))
+
+
 def _eager(nbytes: int, a: Placement, b: Placement, links: tuple[NodeLinks, ...], partitioned: bool,
            extra_bytes: int = 0) -> bool:
     """Whether a stage-to-stage send completes without its receiver: it crosses nodes over TCP sockets and each of
@@ -437,8 +451,8 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
                                         extra_bytes=sw.forward_extra_bytes(row.seq_len)))
                 eager_grad.append(_eager(act_bytes, nxt, pl, links, partitioned=sw.grad_partitioned))
                 p2p_max[s] = max(p2p_max[s], p2p[-1], p2p_bwd[-1])
-        ends[r] = schedule_1f1b(fwd, bwd, p2p, m, p2p_bwd, order=sw.exchange_order, eager_act=eager_act,
-                                eager_grad=eager_grad)
+        ends[r] = list(_schedule(tuple(fwd), tuple(bwd), tuple(p2p), m, tuple(p2p_bwd), sw.exchange_order,
+                                 tuple(eager_act), tuple(eager_grad)))
     latest = max(max(e) for e in ends)
     timings = []
     best = (0, 0.0, 0, 0)
