@@ -9,6 +9,7 @@ from xsim_trace.validate.hetero_predict import predict
 from xsim_trace.validate.hetero_rows import parse_row
 from xsim_trace.workload.pipeline_hetero import (
     BlockDims,
+    ExchangeOrder,
     StageContent,
     block_params,
     param_groups,
@@ -68,13 +69,50 @@ def test_train_schedule_is_deepspeeds_instruction_stream():
                                        ("fwd", 1), ("bwd", 1), ("send_grad", 1)]
 
 
+def test_train_schedule_gradient_first_order_sends_before_it_receives():
+    """DeepSpeed since its issue #2800 fix (2023): a forward step sends the previous gradient before it receives
+    the activation, a backward step receives the gradient before it sends the previous activation."""
+    g = ExchangeOrder.GRADIENT_FIRST
+    assert train_schedule(0, 2, 2, g) == [("fwd", 0), ("send_act", 0), ("fwd", 1), ("recv_grad", 0), ("send_act", 1),
+                                          ("bwd", 0), ("recv_grad", 1), ("bwd", 1)]
+    assert train_schedule(1, 2, 2, g) == [("recv_act", 0), ("fwd", 0), ("bwd", 0), ("send_grad", 0), ("recv_act", 1),
+                                          ("fwd", 1), ("bwd", 1), ("send_grad", 1)]
+
+
+def test_1f1b_eager_sends_by_hand():
+    """2 stages, fwd 1, bwd 2, a 5-unit link, 2 micro-batches, every send eager (the sender goes on at once, the
+    bytes leave when both ports are free, the receive completes at their arrival).
+    Activation first: S0 F0 [0,1]; act0 [1,6]; F1 [1,2]; act1 queued behind act0 [6,11]; S1 F0 [6,7] B0 [7,9],
+    waits act1 (11), grad0 [11,16]; F1 [11,12] B1 [12,14]; grad1 behind grad0 [16,21]; S0 B0 [16,18] B1 [21,23].
+    Gradient first: S0's act1 leaves only after grad0 came: act0 [1,6]; S1 F0 B0 [6,9]; grad0 [9,14]; act1 [14,19];
+    S0 B0 [14,16]; S1 F1 B1 [19,22]; grad1 [22,27]; S0 B1 [27,29].  (Rendezvous, either order: [29, 27].)"""
+    eager = [True]
+    assert schedule_1f1b([1, 1], [2, 2], [5], 2, eager_act=eager, eager_grad=eager) == [23, 14]
+    assert schedule_1f1b([1, 1], [2, 2], [5], 2, order=ExchangeOrder.GRADIENT_FIRST, eager_act=eager,
+                         eager_grad=eager) == [29, 22]
+    for order in ExchangeOrder:
+        assert schedule_1f1b([1, 1], [2, 2], [5], 2, order=order) == [29, 27]
+
+
+def test_1f1b_eager_transfers_hide_behind_a_slow_first_stage():
+    """Sailor's two-stage MIT rows: the first stage paces (its passes are longer than the second stage's passes
+    plus both wires), so with eager sends its cycle is its passes alone; with rendezvous both wires join it."""
+    fwd, bwd, wire, m = [430, 220], [440, 280], [143], 64
+    eager = [True]
+    hidden = schedule_1f1b(fwd, bwd, wire, m, order=ExchangeOrder.GRADIENT_FIRST, eager_act=eager, eager_grad=eager)
+    held = schedule_1f1b(fwd, bwd, wire, m, order=ExchangeOrder.GRADIENT_FIRST)
+    assert hidden[0] < m * (fwd[0] + bwd[0]) + 2_000
+    assert held[0] > m * (fwd[0] + bwd[0] + 2 * wire[0])
+
+
 @pytest.mark.parametrize("p, m", [(1, 3), (2, 5), (3, 4), (4, 8), (5, 2)])
 def test_train_schedule_passes_follow_1f1b(p, m):
     from xsim_trace.workload.schedule import one_f_one_b
 
     for s in range(p):
-        passes = [x for x in train_schedule(s, p, m) if x[0] in ("fwd", "bwd")]
-        assert passes == [("fwd" if o.forward else "bwd", o.microbatch) for o in one_f_one_b(s, p, m)]
+        for order in ExchangeOrder:
+            passes = [x for x in train_schedule(s, p, m, order) if x[0] in ("fwd", "bwd")]
+            assert passes == [("fwd" if o.forward else "bwd", o.microbatch) for o in one_f_one_b(s, p, m)]
 
 
 def test_1f1b_slow_link_is_a_rendezvous_holding_both_stages():
@@ -108,3 +146,20 @@ def test_estimate_with_the_deepspeed_family_reports_its_pipeline_memory(capsys):
     assert all(d["unbuildable"] == "" and d["memory_GiB"] > 0 and not d["out_of_memory"] for d in out["deepspeed"])
     assert main(argv[:-3] + ["--json"]) == 0  # other families: no DeepSpeed section
     assert "deepspeed" not in json.loads(capsys.readouterr().out)
+
+
+def test_sailor_socket_transfers_are_eager_when_they_fit_nccl_buffer(monkeypatch):
+    """Sailor's MIT runs: its DeepSpeed sends before it receives, its nodes reach each other over TCP sockets, and a
+    TP8 rank's fp32 activation part (2 MiB) fits NCCL's staging buffer, so the first stage's sends do not wait for
+    the second stage; with a buffer too small for it every send waits for its receive (rendezvous)."""
+    from test_hetero_accuracy import sailor
+
+    import xsim_trace.validate.hetero_predict as hp
+
+    row = parse_row(sailor())
+    assert hp.SOFTWARE["alps"].exchange_order is ExchangeOrder.GRADIENT_FIRST
+    assert hp.SOFTWARE["aws"].exchange_order is ExchangeOrder.ACTIVATION_FIRST
+    assert all(link.nic_sockets for link in hp.node_links(row, hp.FITTED))
+    eager = predict(row).iteration_s
+    monkeypatch.setattr(hp, "NCCL_BUFFSIZE_BYTES", 1024 * 1024)
+    assert predict(row).iteration_s > eager * 1.1

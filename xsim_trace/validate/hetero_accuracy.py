@@ -129,6 +129,7 @@ def _grids() -> list[tuple[str, Sequence[float], Callable[[HeteroCalibration, fl
     effs = (0.04, 0.06, 0.08, 0.10, 0.12, 0.14, 0.17, 0.20, 0.25, 0.30, 0.40, 0.55, 0.75)
     hosts = (0, 5e3, 10e3, 20e3, 30e3, 50e3, 80e3, 120e3, 170e3, 220e3, 300e3, 400e3, 500e3, 650e3, 800e3)
     kernels = (2e3, 5e3, 10e3, 20e3, 30e3, 50e3, 80e3, 120e3, 170e3, 250e3)
+    steps = (0, 5e6, 10e6, 20e6, 40e6, 80e6, 150e6)
     fracs = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
     return [
         ("eff:T4", effs, lambda c, v: c.with_efficiency("T4", v)),
@@ -137,7 +138,8 @@ def _grids() -> list[tuple[str, Sequence[float], Callable[[HeteroCalibration, fl
         ("kernel:GH200-96GB", kernels, lambda c, v: c.with_kernel_ns("GH200-96GB", int(v))),
         ("host:aws", hosts, lambda c, v: c.with_host("aws", int(v))),
         ("host:alps", hosts, lambda c, v: c.with_host("alps", int(v))),
-        ("step_host_ns", (0, 10e6, 20e6, 40e6, 80e6, 150e6), lambda c, v: c.with_(step_host_ns=int(v))),
+        ("step:aws", steps, lambda c, v: c.with_step("aws", int(v))),
+        ("step:alps", steps, lambda c, v: c.with_step("alps", int(v))),
         ("tcp_efficiency", fracs, lambda c, v: c.with_(tcp_efficiency=v)),
         ("tcp_ceiling_Gbps", (10, 15, 20, 25, 30, 35, 40, 45, 50), lambda c, v: c.with_(tcp_ceiling_Gbps=v)),
         ("pcie_efficiency", fracs, lambda c, v: c.with_(pcie_efficiency=v)),
@@ -166,7 +168,7 @@ def fit(rows: Sequence[tuple[RawRow, HeteroRow]], cal: HeteroCalibration = Heter
     for _ in range(rounds):
         for name, grid, setter in _grids():
             kind, _, what = name.partition(":")
-            if (kind in ("eff", "kernel") and what not in devices) or (kind == "host" and what not in testbeds):
+            if (kind in ("eff", "kernel") and what not in devices) or (kind in ("host", "step") and what not in testbeds):
                 continue
             for v in grid:
                 trial = setter(cal, v)

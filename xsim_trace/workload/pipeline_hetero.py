@@ -32,6 +32,7 @@ This module holds the model only; xsim_trace.validate.hetero_predict feeds it me
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from xsim_trace.errors import GraphError
 
@@ -133,12 +134,25 @@ def stage_memory_bytes(d: BlockDims, st: StageContent, stage: int, stages: int, 
     return state + act
 
 
-def train_schedule(stage: int, p: int, m: int) -> list[tuple[str, int]]:
+class ExchangeOrder(str, Enum):
+    """The order of the two exchanges in one ``TrainSchedule`` step (DeepSpeed's ``runtime/pipe/schedule.py``).
+
+    ``ACTIVATION_FIRST`` (DeepSpeed up to early 2023, e.g. AMP's 0.3): a forward step runs RecvActivation of its
+    micro-batch, then SendGrad of the previous step's; a backward step SendActivation of the previous step's, then
+    RecvGrad.  ``GRADIENT_FIRST`` (the fix of deepspeedai/DeepSpeed issue #2800, 2023: send before receive, so a
+    receive no longer overwrites a buffer whose gradient is still to be sent; Sailor's 2024 engine runs on it): a
+    forward step sends the previous gradient, then receives the activation; a backward step receives the gradient,
+    then sends the previous activation, so a stage's activation leaves only after the gradient it waits for came."""
+
+    ACTIVATION_FIRST = "activation_first"
+    GRADIENT_FIRST = "gradient_first"
+
+
+def train_schedule(stage: int, p: int, m: int,
+                   order: ExchangeOrder = ExchangeOrder.ACTIVATION_FIRST) -> list[tuple[str, int]]:
     """DeepSpeed ``TrainSchedule``'s instruction stream of one stage, communication and compute only:
     ("recv_act" | "send_grad" | "fwd" | "send_act" | "recv_grad" | "bwd", micro-batch).  Each of the
-    ``2 (m + p - 1)`` steps runs its exchanges first, in DeepSpeed's order (a forward step: RecvActivation of this
-    micro-batch, then SendGrad of the previous step's; a backward step: SendActivation of the previous step's, then
-    RecvGrad of this one), then its pass."""
+    ``2 (m + p - 1)`` steps runs its exchanges first, in ``order`` (:class:`ExchangeOrder`), then its pass."""
     out: list[tuple[str, int]] = []
     prev = -1
     for step in range(2 * (m + p - 1)):
@@ -150,16 +164,20 @@ def train_schedule(stage: int, p: int, m: int) -> list[tuple[str, int]]:
         else:  # even stage
             mb = step // 2 - p + 1 + stage // 2
         cur_ok, prev_ok = 0 <= mb < m, 0 <= prev < m
+        exchanges = []
         if forward:
             if stage > 0 and cur_ok:
-                out.append(("recv_act", mb))
+                exchanges.append(("recv_act", mb))
             if stage > 0 and prev_ok:
-                out.append(("send_grad", prev))
+                exchanges.append(("send_grad", prev))
         else:
             if stage < p - 1 and prev_ok:
-                out.append(("send_act", prev))
+                exchanges.append(("send_act", prev))
             if stage < p - 1 and cur_ok:
-                out.append(("recv_grad", mb))
+                exchanges.append(("recv_grad", mb))
+        if order is ExchangeOrder.GRADIENT_FIRST:
+            exchanges.reverse()
+        out += exchanges
         if cur_ok:
             out.append(("fwd" if forward else "bwd", mb))
         prev = mb
@@ -168,50 +186,89 @@ def train_schedule(stage: int, p: int, m: int) -> list[tuple[str, int]]:
 
 #: the receive that completes each send, and the stage it runs on (relative to the sender)
 _MATCH = {"send_act": ("recv_act", 1), "send_grad": ("recv_grad", -1)}
+#: the send each receive waits for, and the stage it runs on (relative to the receiver)
+_SOURCE = {"recv_act": ("send_act", -1), "recv_grad": ("send_grad", 1)}
 
 
 def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
-                  p2p_bwd: list[int] | None = None) -> list[int]:
+                  p2p_bwd: list[int] | None = None, order: ExchangeOrder = ExchangeOrder.ACTIVATION_FIRST,
+                  eager_act: list[bool] | None = None, eager_grad: list[bool] | None = None) -> list[int]:
     """DeepSpeed ``TrainSchedule`` (1F1B) on one pipeline replica: per stage, the time it finishes its instruction
-    stream (its last backward and, on stages after the first, the blocking send of that backward's gradient), i.e.
-    when it reaches ``ReduceGrads``.  ``fwd[s]`` / ``bwd[s]`` are stage s's pass times, ``p2p[s]`` the activation
-    transfer from stage s to s + 1 and ``p2p_bwd[s]`` the gradient's way back (default: the same).
+    stream (its last backward and, on stages after the first, the send of that backward's gradient), i.e. when it
+    reaches ``ReduceGrads``.  ``fwd[s]`` / ``bwd[s]`` are stage s's pass times, ``p2p[s]`` the activation transfer
+    from stage s to s + 1 and ``p2p_bwd[s]`` the gradient's way back (default: the same).
 
     DeepSpeed's stage-to-stage transfers are blocking NCCL point-to-point operations (``dist.send`` / ``dist.recv``
-    in ``runtime/pipe/p2p.py``, a two-rank ``dist.broadcast`` before torch 1.8): a send completes only once the peer
-    has reached the matching receive in its own stream (rendezvous), and the transfer holds both ranks."""
+    in ``runtime/pipe/p2p.py``, a two-rank ``dist.broadcast`` before torch 1.8).  By default a send completes only
+    once the peer has reached the matching receive in its own stream (rendezvous), and the transfer holds both
+    ranks.  Where ``eager_act[s]`` / ``eager_grad[s]`` is set, that link's send is *eager*: NCCL's sender hands the
+    message to its staging buffer and the TCP socket without waiting for the receiver (the socket transport has no
+    receiver handshake; the message fits the buffers), so the sender goes on at once, the bytes leave when the
+    sender's outgoing and the receiver's incoming port are free, and the receive completes at their arrival.
+    Instructions run in time order (the earliest ready instruction of any stage first), so the ports serve the
+    transfers first come, first served."""
     back = p2p if p2p_bwd is None else p2p_bwd
     p = len(fwd)
-    streams = [train_schedule(s, p, m) for s in range(p)]
+    eager = {"send_act": list(eager_act or [False] * max(0, p - 1)),
+             "send_grad": list(eager_grad or [False] * max(0, p - 1))}
+    streams = [train_schedule(s, p, m, order) for s in range(p)]
     clock = [0] * p
     pos = [0] * p
-    total = sum(len(x) for x in streams)
-    done = 0
-    while done < total:
-        progressed = False
+    port_out = [0] * p  # when each stage's outgoing port is free (eager transfers)
+    port_in = [0] * p
+    arrival: dict[tuple[str, int, int], int] = {}  # (send kind, micro-batch, sender) -> when the bytes are in
+    remaining = sum(len(x) for x in streams)
+
+    def link(kind: str, sender: int) -> int:  # index of the stage boundary a send crosses
+        return sender if kind == "send_act" else sender - 1
+
+    def ready(s: int) -> int | None:
+        """When stage s's next instruction can start; None while it waits for a peer."""
+        kind, mb = streams[s][pos[s]]
+        if kind in ("fwd", "bwd"):
+            return clock[s]
+        if kind in _MATCH:
+            if eager[kind][link(kind, s)]:
+                return clock[s]
+            want, step = _MATCH[kind]
+            peer = s + step
+            if pos[peer] < len(streams[peer]) and streams[peer][pos[peer]] == (want, mb):
+                return max(clock[s], clock[peer])
+            return None
+        src_kind, step = _SOURCE[kind]
+        if not eager[src_kind][link(src_kind, s + step)]:
+            return None  # a rendezvous receive runs with its send
+        key = (src_kind, mb, s + step)
+        return max(clock[s], arrival[key]) if key in arrival else None
+
+    while remaining:
+        best, start = -1, 0
         for s in range(p):
-            while pos[s] < len(streams[s]):
-                kind, mb = streams[s][pos[s]]
-                if kind in ("fwd", "bwd"):
-                    clock[s] += fwd[s] if kind == "fwd" else bwd[s]
-                    pos[s] += 1
-                    done += 1
-                    progressed = True
-                    continue
-                if kind not in _MATCH:  # a receive waits for its sender to reach the matching send
-                    break
-                want, step = _MATCH[kind]
-                peer = s + step
-                if pos[peer] >= len(streams[peer]) or streams[peer][pos[peer]] != (want, mb):
-                    break
-                wire = p2p[s] if kind == "send_act" else back[peer]
-                clock[s] = clock[peer] = max(clock[s], clock[peer]) + wire
-                pos[s] += 1
+            if pos[s] < len(streams[s]):
+                t = ready(s)
+                if t is not None and (best < 0 or t < start):
+                    best, start = s, t
+        if best < 0:  # cannot happen for DeepSpeed's orders; a guard against an endless loop
+            raise GraphError(f"1F1B instruction streams deadlocked with {remaining} instructions left")
+        s = best
+        kind, mb = streams[s][pos[s]]
+        pos[s] += 1
+        remaining -= 1
+        if kind in ("fwd", "bwd"):
+            clock[s] = start + (fwd[s] if kind == "fwd" else bwd[s])
+        elif kind in _MATCH:
+            peer = s + _MATCH[kind][1]
+            wire = p2p[s] if kind == "send_act" else back[peer]
+            if eager[kind][link(kind, s)]:
+                begin = max(start, port_out[s], port_in[peer])
+                port_out[s] = port_in[peer] = arrival[(kind, mb, s)] = begin + wire
+                clock[s] = start
+            else:
+                clock[s] = clock[peer] = start + wire
                 pos[peer] += 1
-                done += 2
-                progressed = True
-        if not progressed:  # cannot happen for DeepSpeed's orders; a guard against an endless loop
-            raise GraphError(f"1F1B instruction streams deadlocked after {done} of {total} instructions")
+                remaining -= 1
+        else:
+            clock[s] = start
     return clock
 
 
