@@ -74,10 +74,31 @@ def test_ci_rows_take_run_settings_from_the_test_case_config(tool):
     assert rows["moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4 [dev_dgx_a100]"].model.moe_top_k == 2
 
 
+def test_ci_rows_take_model_and_optimizer_flags_where_the_config_was_read(tool):
+    """Columns filled only for the test cases whose model_config.yaml was read for them; empty keeps
+    the tool's default or the flag in the test case's name."""
+    cases = tool.load_cases()
+    rows = {r.name: r for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])}
+    big = rows["gpt/gpt3_7b_tp1_pp4_memory_speed [dev_dgx_h100]"]
+    # --vocab-size 131073 padded to 128 * tp, --num-query-groups 8, untied output layer, ZeRO-1 + overlaps
+    assert (big.model.vocab, big.model.kv_heads, big.model.tied_embeddings) == (131200, 8, False)
+    assert (big.fw.zero_stage, big.fw.overlap_grad_reduce, big.fw.overlap_param_gather) == (1, True, True)
+    # flags the name does not carry: distributed optimizer and overlaps of ddp_average_in_collective
+    ddp = rows["moe/gpt3_mcore_te_tp2_pp1_te_8experts2parallel_ddp_average_in_collective [lts_dgx_a100]"]
+    assert (ddp.fw.distributed_optimizer, ddp.fw.overlap_grad_reduce, ddp.fw.overlap_param_gather) == (True, True, True)
+    assert rows["moe/gpt3_mcore_te_tp1_pp1_te_4experts_groupedGEMM_op_fuser [dev_dgx_h100]"].model.swiglu is True
+    assert cases["moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_optimizer"].moe_grouped_gemm is True
+    assert cases["moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_dist_optimizer"].moe_grouped_gemm is False
+    # not read: the name decides (untied) and the defaults stay (GPT-2 vocabulary, MHA)
+    untied = rows["gpt/gpt3_mcore_te_tp1_pp4_resume_torch_dist_untie_embeddings_and_outputs [dev_dgx_a100]"]
+    assert cases[untied.name.split(" [")[0]].untie_embeddings is None
+    assert (untied.model.tied_embeddings, untied.model.vocab, untied.model.kv_heads) == (False, 50304, 8)
+
+
 def test_one_calibration_per_golden_and_out_of_scope_reasons(tool):
     assert set(tool.CALIBRATION) == {"dev_dgx_a100", "lts_dgx_a100", "dev_dgx_h100", "sc21"}
     # per golden: the per-call host cost and the two HostModel factors, nothing else
-    assert all(set(c) <= {"host_module_ns", "moe_factor", "attention_core_factor", "deterministic_factor"}
+    assert all(set(c) <= {"host_module_ns", "moe_factor", "attention_core_factor", "deterministic_factor", "local_impl_factor"}
                for c in tool.CALIBRATION.values())
     rows = tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", [])
     oos = [r for r in rows if tool.out_of_scope(r)]
@@ -96,3 +117,41 @@ def test_ci_closed_form_accuracy_does_not_regress(tool):
     in_scope = [e for r in rows if not tool.out_of_scope(r) for e in [errs[r.name]]]
     assert statistics.median(errs.values()) < 0.12
     assert statistics.median(in_scope) < 0.105
+
+
+def test_residual_factors_rank_a_planted_cause_first(tool, tmp_path, capsys):
+    """tools/residual_factors_megatron.py: errors planted by transformer implementation (+30% on
+    every local row, -10% on the others) are fully explained by that factor, ranked first."""
+    sys.path.insert(0, str(TOOL.parent))
+    spec = importlib.util.spec_from_file_location("residual_factors_megatron", TOOL.parent / "residual_factors_megatron.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [r for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", []) if r.golden == "dev_dgx_h100"]
+    cases = tool.load_cases()
+    local = {r.name for r in rows if (c := cases.get(r.name.split(" [")[0])) is not None and c.transformer_impl == "local"}
+    assert local and len(local) < len(rows)
+    out = tmp_path / "planted.csv"
+    out.write_text("source,row,measured_s,simulated_s,error_pct,path,out_of_scope\n" + "".join(
+        f"ci,{r.name},1,1,{30.0 if r.name in local else -10.0},estimate,\n" for r in rows))
+    assert mod.main([str(out), "--golden", "dev_dgx_h100"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[2].split()[:2] == ["transformer", "impl"]
+    assert table[2].split()[-2:] == ["0.0%", str(len(rows))]
+
+
+def test_residuals_tool_groups_the_rows_of_a_csv(tool, tmp_path, capsys):
+    """tools/residuals_megatron.py: medians by group from the accuracy tool's --csv."""
+    spec = importlib.util.spec_from_file_location("residuals_megatron", TOOL.parent / "residuals_megatron.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "rows.csv"
+    out.write_text("source,row,measured_s,simulated_s,error_pct,path,out_of_scope\n"
+                   "ci,gpt/gpt3_mcore_tp1_pp2 [dev_dgx_a100],1,1.2,20.0,estimate,\n"
+                   "ci,gpt/gpt3_mcore_tp1_pp4 [dev_dgx_a100],1,1.1,10.0,estimate,\n"
+                   "ci,gpt/gpt3_mcore_te_tp1_pp4_vp1 [lts_dgx_a100],1,0.7,-30.0,estimate,\n")
+    assert mod.main([str(out), "--group", "all"]) == 0
+    text = capsys.readouterr().out
+    assert "dev_dgx_a100 local" in text and "signed median  +15.0%" in text  # the two local-module rows
+    assert "lts_dgx_a100 unfused" in text and "worse than 25%: 1" in text
+    with pytest.raises(SystemExit):
+        mod.main([str(tmp_path / "missing.csv")])

@@ -143,3 +143,29 @@ def test_deterministic_mode_scales_every_call_of_a_deterministic_run_only():
     for op in ops:
         assert abs(slow.host_ns(op) - 1.4 * fast.host_ns(op)) <= 1, op.name
         assert slow.device_ns(op, 0) == fast.device_ns(op, 0)  # the device side does not change
+
+
+def test_local_transformer_impl_scales_every_call_of_a_local_run_only():
+    """--transformer-impl local: Megatron's own modules, each call local_impl_factor x TE's cost;
+    the device side and TE runs do not change."""
+    import pytest
+
+    from xsim_trace.errors import ConfigError
+    from xsim_trace.workload.host import HostGroup, HostModel
+
+    host = HostModel(attention_core_factor=0.5, deterministic_factor=1.2, local_impl_factor=0.75)
+    assert host.factor(HostGroup.MODULE, local_impl=True) == 0.75
+    assert host.factor(HostGroup.ATTENTION_CORE, deterministic=True, local_impl=True) == pytest.approx(0.5 * 1.2 * 0.75)
+    assert HostModel().factor(HostGroup.MODULE, local_impl=True) == 1.0  # default: no difference
+    model = small_llama().with_(flash_attention=False)
+    te, local = Framework(), Framework(transformer_impl="local")
+    _, base = _timer(model, te)
+    te_timer = _with_host(base, host)
+    local_timer = type(base)(base.device, base.links, local, host)
+    for op in (op for op in O.layer_forward(model, te) if isinstance(op, O.ComputeOp)):
+        assert abs(local_timer.host_ns(op) - 0.75 * te_timer.host_ns(op)) <= 1, op.name
+        assert local_timer.device_ns(op, 0) == te_timer.device_ns(op, 0)
+    with pytest.raises(ConfigError, match="transformer_impl"):
+        Framework(transformer_impl="apex")
+    with pytest.raises(ConfigError, match="local_impl_factor"):
+        HostModel(local_impl_factor=-1)

@@ -82,7 +82,8 @@ class FrameworkFamily:
 #: Megatron-core (Megatron-LM's training loop, TE layers, eager).  The host per-module cost is the
 #: median of the three Megatron-LM CI containers' fits (tools/accuracy_megatron.py --fit: dev A100
 #: 350 us, lts A100 233 us, dev H100 227 us, each the cost without deterministic kernels); the
-#: per-kind factors and the deterministic-mode factor are their medians too.
+#: per-kind factors, the deterministic-mode factor and the local-modules factor (``--transformer-impl
+#: local``: dev A100 0.8, dev H100 0.75, lts A100 1.0) are their medians too.
 MEGATRON_CORE = FrameworkFamily(
     name="megatron-core",
     description="Megatron-LM / Megatron-core training loop, eager mode, fp32 main grads",
@@ -90,7 +91,7 @@ MEGATRON_CORE = FrameworkFamily(
     "median of the per-container fits); optimizer launches from Megatron's distributed optimizer "
     "(one fused Adam multi-tensor pass per bucket)",
     host_module_ns=233_333,
-    host=HostModel(moe_factor=1.6, attention_core_factor=1.0, deterministic_factor=1.1),
+    host=HostModel(moe_factor=1.6, attention_core_factor=1.0, deterministic_factor=1.1, local_impl_factor=0.8),
     aliases=("megatron", "mcore", "megatron-lm", "megatron_core"),
 )
 

@@ -24,6 +24,10 @@ class Schedule(enum.Enum):
     INTERLEAVED = "interleaved"
 
 
+#: Megatron's ``--transformer-impl`` choices
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
+
+
 def _enum(cls: type[enum.Enum], value: Any, field_name: str) -> Any:
     if isinstance(value, cls):
         return value
@@ -71,6 +75,9 @@ class Framework:
     #: deterministic mode (Megatron ``--deterministic-mode``: deterministic kernels, NaN-filled fresh
     #: allocations); its host cost is the framework family's ``host.deterministic_factor``
     deterministic: bool = False
+    #: Megatron ``--transformer-impl``: ``transformer_engine`` (default) or ``local`` (Megatron's own
+    #: modules); a local run's host calls cost the framework family's ``host.local_impl_factor``
+    transformer_impl: str = "transformer_engine"
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "global_batch"):
@@ -83,6 +90,9 @@ class Framework:
                 raise ConfigError(f"expected a non-negative integer, found {v!r}", field=f"framework.{f}")
         if isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float)) or not self.moe_imbalance >= 1.0:
             raise ConfigError(f"expected a number >= 1, found {self.moe_imbalance!r}", field="framework.moe_imbalance")
+        if self.transformer_impl not in TRANSFORMER_IMPLS:
+            raise ConfigError(f"expected one of {', '.join(TRANSFORMER_IMPLS)}, found {self.transformer_impl!r}",
+                              field="framework.transformer_impl")
         object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "framework.recompute"))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "framework.schedule"))
         object.__setattr__(self, "precision", Precision.parse(self.precision, field_name="framework.precision"))

@@ -19,6 +19,12 @@ also fills every fresh ``torch.empty`` allocation with NaN, one more kernel to d
 TE's deterministic attention paths) scales every call of a run that sets it by
 ``deterministic_factor``.
 
+The transformer implementation: a run of Megatron's local modules (``--transformer-impl local``: Megatron's
+own parallel linear layers, Apex / PyTorch norms) instead of Transformer Engine's pays
+``local_impl_factor`` times the per-call cost, which is TE's.  TE's module call (its autograd function,
+FP8 metadata and workspace bookkeeping, userbuffer checks) does more Python than a local module's; the
+gap depends on the TE release of the container (fitted per container, docs/workload.md).
+
 The defaults (all 1, exponent 0) reproduce a plain per-call model.  ``tools/accuracy_megatron.py``
 fits one HostModel per measured container x system (docs/workload.md)."""
 
@@ -43,19 +49,21 @@ class HostModel:
     moe_ep_exponent: float = 0.0
     attention_core_factor: float = 1.0
     deterministic_factor: float = 1.0
+    local_impl_factor: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("moe_factor", "attention_core_factor", "deterministic_factor"):
+        for name in ("moe_factor", "attention_core_factor", "deterministic_factor", "local_impl_factor"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"expected a non-negative number, found {value!r}", field=f"host.{name}")
         if not isinstance(self.moe_ep_exponent, (int, float)) or not -4.0 <= self.moe_ep_exponent <= 4.0:
             raise ConfigError(f"expected a number in [-4, 4], found {self.moe_ep_exponent!r}", field="host.moe_ep_exponent")
 
-    def factor(self, group: HostGroup, ep: int = 1, deterministic: bool = False) -> float:
+    def factor(self, group: HostGroup, ep: int = 1, deterministic: bool = False, local_impl: bool = False) -> float:
         """Multiplier of the base per-call host cost for a module of ``group`` at EP degree ``ep``
-        in a run with (``deterministic``) or without deterministic mode."""
-        mode = self.deterministic_factor if deterministic else 1.0
+        in a run with (``deterministic``) or without deterministic mode, on Transformer Engine's
+        modules or (``local_impl``) Megatron's local ones."""
+        mode = (self.deterministic_factor if deterministic else 1.0) * (self.local_impl_factor if local_impl else 1.0)
         if group is HostGroup.MOE:
             return mode * self.moe_factor * (ep ** self.moe_ep_exponent if self.moe_ep_exponent else 1.0)
         if group is HostGroup.ATTENTION_CORE:

@@ -105,6 +105,7 @@ def prediction_dict(setup: Setup, pred: Prediction) -> dict:
         "device": setup.device.name,
         "framework": setup.family.name if setup.family is not None else None,
         "deterministic": fw.deterministic,
+        "transformer_impl": fw.transformer_impl,
         "world_size": fw.world_size,
         "parallelism": {"tp": fw.tp, "pp": fw.pp, "dp": fw.dp, "cp": fw.cp, "ep": fw.ep, "etp": fw.etp, "vpp": fw.vpp,
                         "micro_batch": fw.micro_batch, "global_batch": fw.global_batch,

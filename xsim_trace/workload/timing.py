@@ -67,7 +67,8 @@ class Timer:
     def host_ns(self, op: Op) -> int:
         if isinstance(op, (CommOp, WaitOp)):
             return 0
-        factor = self.host_model.factor(op.host_group, self.fw.ep, self.fw.deterministic)
+        factor = self.host_model.factor(op.host_group, self.fw.ep, self.fw.deterministic,
+                                        self.fw.transformer_impl == "local")
         return int(round(op.kernels * op.host_weight * self.host_call_ns * factor))
 
     def group(self, kind: CommKind, rank: int) -> tuple[int, ...]:
