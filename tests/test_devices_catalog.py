@@ -117,18 +117,22 @@ def test_elementwise_is_memory_bound_by_hand():
 
 
 def test_scale_between_devices():
-    # no flops known: a compute-bound kernel scales with the achievable tensor rates (312 -> 989.4 at
-    # equal efficiency), a memory-bound one with HBM bandwidth (2039 -> 3350); overhead is kept fixed.
+    # no flops known: a compute-bound kernel scales with the achievable tensor rates (312 x 0.75 ->
+    # 989.4 x 0.69: each device's GEMM efficiency), a memory-bound one with HBM bandwidth (2039 -> 3350);
+    # overhead is kept fixed.
     oh = get_device("A100").kernel_overhead_ns
+    a100, h100 = get_device("A100").gemm_efficiency, get_device("H100").gemm_efficiency
+    assert (a100, h100) == (0.75, 0.69)
+    rate = 312 * a100 / (989.4 * h100)
     got = scale_kernel_ns(1_000_000, "A100", "H100", "gemm")
-    assert got == round((1_000_000 - oh) * 312 / 989.4 + oh)
+    assert got == round((1_000_000 - oh) * rate + oh)
     got = scale_kernel_ns(1_000_000, "A100", "H100", "norm")
     assert got == round((1_000_000 - oh) * 2039 / 3350 + oh)
     assert scale_kernel_ns(123, "H100", "h100-sxm", "gemm") == 123
     # with flops: roofline ratio; a compute-bound GEMM gives the same ratio as the class one
     n = 8192
     r = scale_kernel_ns(1_000_000, "A100", "H100", "gemm", flops=2 * n**3, bytes=3 * n * n * 2)
-    assert r == pytest.approx((1_000_000 - oh) * 312 / 989.4 + oh, rel=1e-6)
+    assert r == pytest.approx((1_000_000 - oh) * rate + oh, rel=1e-6)
 
 
 def test_tp_scaling():

@@ -124,6 +124,52 @@ def test_hostile_bytes_decode_the_same_or_both_refuse(tmp_path, data, kind):
     assert_same_columns(read_columns(path, decoder="numba"), read_columns(path, decoder="numpy"))
 
 
+def test_generated_step_is_decoded_by_difference(generated):
+    """The numpy decoder decodes the TP peers and DP replicas from a file decoded before (only the
+    records holding a changed byte afresh): the columns are still the numba decoder's whole decode."""
+    from xsim_trace.io.et_columns import _diff_plan, _read_file
+
+    files = rank_files(generated)
+    plan = _diff_plan([_read_file(f)[0] for f in files])
+    by_difference = [p for p in plan if p[0] is not None]
+    assert len(by_difference) >= len(files) // 2 and all(0 < len(p[1].records) < 2000 for p in by_difference)
+    assert_same_columns(*both(files))
+
+
+@HOSTILE
+@given(data=st.data(), kind=st.sampled_from(["odd", "real"]))
+def test_copies_with_changed_bytes_decode_as_whole(tmp_path, data, kind):
+    """Files of one length whose bytes differ anywhere (node records, length prefixes, the metadata
+    record): decoded by difference from the first, or whole where a prefix changed, the columns (or
+    the refusal) are the numba decoder's whole decode of every file."""
+    seed = _seed(kind)
+    if kind == "real" and not seed:
+        return
+    payload = _payload_bytes(seed)  # names and kept string values: changes there are not decoded afresh
+    paths = []
+    for i in range(data.draw(st.integers(2, 4))):
+        b = bytearray(seed)
+        for _ in range(0 if i == 0 else data.draw(st.integers(0, 6))):
+            anywhere = not len(payload) or data.draw(st.booleans())
+            at = data.draw(st.integers(0, len(b) - 1)) if anywhere else int(payload[data.draw(st.integers(0, len(payload) - 1))])
+            b[at] = data.draw(st.sampled_from([ord("x"), ord("7"), 0x80, 0xC3, 0xFF])) if not anywhere else data.draw(st.integers(0, 255))
+        paths.append(tmp_path / f"c.{i}.et")
+        paths[-1].write_bytes(bytes(b))
+    assert_same_columns(*both(paths))
+
+
+def _payload_bytes(seed: bytes) -> np.ndarray:
+    """Positions of the bytes of the seed's node names and kept string attribute values."""
+    from xsim_trace.io._et_numpy import decode
+
+    c = decode(seed)
+    if isinstance(c, int):
+        return np.zeros(0, np.int64)
+    spans = [(int(o), int(n)) for o, n in zip(c.name_off, c.name_len)]
+    spans += [(int(o), int(n)) for o, n in zip(c.soff.ravel(), c.slen.ravel()) if o >= 0]
+    return np.asarray([o + j for o, n in spans for j in range(n)], np.int64)
+
+
 def test_a_small_replay_loads_no_numba(tmp_path, generated):
     """``xsim replay`` of a small set decodes with numpy and runs the Python loop: numba never loads, nor
     protobuf (the metadata is read by hand) nor numpy.ma (np.unique would import it)."""

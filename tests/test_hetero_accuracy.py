@@ -227,12 +227,13 @@ def test_accuracy_tool_end_to_end(tmp_path):
 
 @pytest.mark.skipif(not SHARED_CSV.is_file(), reason="needs ../shared/reference/hetero_measured.csv")
 def test_shared_table_every_row_has_a_line():
-    raws = read_rows(SHARED_CSV)
+    # the MFU rows (a plan search each, minutes for the four-group clusters) are in tests/test_hetero_mfu.py
+    raws = [r for r in read_rows(SHARED_CSV) if r.metric != "MFU"]
     results = evaluate(raws)
     assert len(results) == len(raws)
     errors = {r.row_id: r.error for r in results if r.error}
-    # the MFU rows carry no batch / sequence and H019's layer list does not cover GPT-Neo: named, not skipped
-    assert set(errors) == {"H019"} | {f"H{i}" for i in range(142, 150)}
+    # H019's layer list does not cover GPT-Neo: named, not skipped
+    assert set(errors) == {"H019"}
     assert errors["H019"].startswith("row H019, column plan:")
     for r in results:
         if not r.error and not r.failed:

@@ -24,14 +24,24 @@ from xsim_trace.replay.sample import tp_dp_step  # noqa: E402
 TIMES = ("ready_ns", "start_ns", "end_ns", "wait_ns", "peer_node")
 
 
-def folded_and_not(w, cluster, settings, rank_class=None):
+def folded_and_not(w, cluster, settings, rank_class=None, compiled=True):
+    """The folded and the unfolded replay of ``w``, on the compiled loop or the Python one."""
     node_of = [cluster.node_of(r) for r in range(w.num_ranks)]
 
     def run(fold: bool):
         backend = make_backend("analytical", build_topology(cluster))
         pricer, resolved = collective_pricer(settings, cluster, backend)
-        return Engine(w, backend, resolved, node_of=node_of, pricer=pricer, compiled=True, fold=fold,
+        return Engine(w, backend, resolved, node_of=node_of, pricer=pricer, compiled=compiled, fold=fold,
                       rank_class=rank_class).run()
+
+    if not compiled:  # the Python loop folds from fold_loop.MIN_NODES on; these workloads are smaller
+        from xsim_trace.replay import fold_loop
+
+        keep, fold_loop.MIN_NODES = fold_loop.MIN_NODES, 0
+        try:
+            return run(True), run(False)
+        finally:
+            fold_loop.MIN_NODES = keep
 
     return run(True), run(False)
 
@@ -49,33 +59,39 @@ SETTINGS = [
 ]
 
 
+LOOPS = pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+
+
+@LOOPS
 @pytest.mark.parametrize("settings", SETTINGS)
-def test_tp_dp_step_folds_to_one_rank_exactly(settings):
+def test_tp_dp_step_folds_to_one_rank_exactly(settings, compiled):
     traces, groups = tp_dp_step(tp=4, dp=4, layers=2, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20)
     w = compile_workload(traces, groups)
-    folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), settings)
+    folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), settings, compiled=compiled)
     assert_same_times(folded, full)
     assert full.stats.folded_ranks == 0
     assert folded.stats.folded_ranks > 0
     assert folded.stats.events < full.stats.events
 
 
-def test_a_slow_rank_and_its_peers_keep_their_own_times():
+@LOOPS
+def test_a_slow_rank_and_its_peers_keep_their_own_times(compiled):
     traces, groups = tp_dp_step(tp=4, dp=4, layers=2, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20,
                                 slow_rank=5, slow_factor=1.3)
     w = compile_workload(traces, groups)
-    folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), ReplaySettings())
+    folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), ReplaySettings(), compiled=compiled)
     assert_same_times(folded, full)
     # rank 5 differs from every other rank; the others still fold
     assert 0 < folded.stats.folded_ranks < w.num_ranks - 1
 
 
-def test_device_classes_split_the_fold():
+@LOOPS
+def test_device_classes_split_the_fold(compiled):
     traces, groups = tp_dp_step(tp=4, dp=4, layers=1, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20)
     w = compile_workload(traces, groups)
     cluster = load_cluster("dgx-h100:2")
-    one, _ = folded_and_not(w, cluster, ReplaySettings())
-    two, full = folded_and_not(w, cluster, ReplaySettings(), rank_class=[r // 8 for r in range(16)])
+    one, _ = folded_and_not(w, cluster, ReplaySettings(), compiled=compiled)
+    two, full = folded_and_not(w, cluster, ReplaySettings(), rank_class=[r // 8 for r in range(16)], compiled=compiled)
     assert_same_times(two, full)
     assert one.stats.folded_ranks == 15 and two.stats.folded_ranks == 14
 
@@ -89,10 +105,11 @@ def pipeline_step(tmp_path_factory):
     return prefix
 
 
+@LOOPS
 @pytest.mark.parametrize("settings", [ReplaySettings(), ReplaySettings(chunks=2, endpoint_delay_ns=200)])
-def test_generated_pipeline_step_folds_exactly(pipeline_step, settings):
+def test_generated_pipeline_step_folds_exactly(pipeline_step, settings, compiled):
     w, _ = compile_rank_files(pipeline_step, columnar=False)
-    folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), settings)
+    folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), settings, compiled=compiled)
     assert_same_times(folded, full)
     assert folded.stats.folded_ranks == 14  # one rank per pipeline stage simulated (TP peers and DP replicas fold)
     assert folded.stats.flows < full.stats.flows
@@ -107,7 +124,7 @@ def test_replay_reports_the_folded_ranks(pipeline_step, tmp_path):
     n = json.loads((out_n / "summary.json").read_text())
     assert n["engine"]["folded_ranks"] == 0
     assert f["ranks"] == n["ranks"] and f["iteration_ns"] == n["iteration_ns"]
-    # below the compiled loop's size threshold the Python engine runs: nothing is folded there
+    # below the compiled loop's size threshold the Python loop runs; it folds from fold_loop.MIN_NODES on
     assert f["engine"]["folded_ranks"] in (0, 14)
 
 
@@ -205,11 +222,12 @@ def _tied_step():
     return traces, {"1": (0, 1)}
 
 
-def test_a_tie_broken_by_the_event_order_replays_every_rank(caplog):
+@LOOPS
+def test_a_tie_broken_by_the_event_order_replays_every_rank(caplog, compiled):
     traces, groups = _tied_step()
     w = compile_workload(traces, groups)
-    with caplog.at_level("DEBUG", logger="xsim_trace.replay.compiled_loop"):
-        folded, full = folded_and_not(w, load_cluster("dgx-h100:1"), ReplaySettings())
+    with caplog.at_level("DEBUG", logger="xsim_trace.replay"):
+        folded, full = folded_and_not(w, load_cluster("dgx-h100:1"), ReplaySettings(), compiled=compiled)
     assert_same_times(folded, full)
     assert folded.stats.folded_ranks == 0 and folded.rep_of is None
     assert "collective or a transfer" in caplog.text

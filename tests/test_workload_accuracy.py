@@ -96,3 +96,23 @@ def test_ci_closed_form_accuracy_does_not_regress(tool):
     in_scope = [e for r in rows if not tool.out_of_scope(r) for e in [errs[r.name]]]
     assert statistics.median(errs.values()) < 0.12
     assert statistics.median(in_scope) < 0.105
+
+
+def test_residual_factors_rank_a_planted_cause_first(tool, tmp_path, capsys):
+    """tools/residual_factors_megatron.py: errors planted by transformer implementation (+30% on
+    every local row, -10% on the others) are fully explained by that factor, ranked first."""
+    sys.path.insert(0, str(TOOL.parent))
+    spec = importlib.util.spec_from_file_location("residual_factors_megatron", TOOL.parent / "residual_factors_megatron.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [r for r in tool._ci_rows(REFERENCE / "megatron_ci_step_times.csv", []) if r.golden == "dev_dgx_h100"]
+    cases = tool.load_cases()
+    local = {r.name for r in rows if (c := cases.get(r.name.split(" [")[0])) is not None and c.transformer_impl == "local"}
+    assert local and len(local) < len(rows)
+    out = tmp_path / "planted.csv"
+    out.write_text("source,row,measured_s,simulated_s,error_pct,path,out_of_scope\n" + "".join(
+        f"ci,{r.name},1,1,{30.0 if r.name in local else -10.0},estimate,\n" for r in rows))
+    assert mod.main([str(out), "--golden", "dev_dgx_h100"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[2].split()[:2] == ["transformer", "impl"]
+    assert table[2].split()[-2:] == ["0.0%", str(len(rows))]

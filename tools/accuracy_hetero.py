@@ -7,8 +7,9 @@ deployment from ``plan`` (Sailor or AMP form, xsim_trace.validate.hetero_rows), 
 pipeline closed form (xsim_trace.validate.hetero_predict: every stage replica timed on its own GPU and TP
 degree).  One line per row: measured s, predicted s, error %; for ``run_failed`` rows whether the prediction
 finds the plan out of memory.  A row that cannot be built is an ERROR line naming the row and the column,
-counted as 100% error; an MFU row (HexiScale / FlashFlex) states the throughput its MFU means by the repository's
-formula and peaks, and names the column its source leaves open (xsim_trace.validate.hetero_mfu).  The LAST line is always
+counted as 100% error.  An MFU row (HexiScale / FlashFlex) is rebuilt from the repository's published defaults and
+the tool's default batch, its plan chosen by the plan search, and its measured MFU compared at that batch
+(xsim_trace.validate.hetero_flashflex; minutes for the four-group clusters).  The LAST line is always
 ``rows N median_abs_err_pct X within5 K worst_abs_err_pct W oom_right R/F`` over the selected rows.
 
 Calibration: the shipped constants (hetero_predict.FITTED) were fitted on the homogeneous rows only; ``--fit``

@@ -207,30 +207,42 @@ def decode(data: bytes) -> FileColumns | int:
     return got if isinstance(got, int) else got[0]
 
 
-def decode_many(datas: list[bytes]) -> tuple[FileColumns, tuple[int, ...], bytes] | int:
+def decode_many(datas: list[bytes], framings: list | None = None) -> tuple[FileColumns, tuple[int, ...], bytes] | int:
     """The node columns of several decompressed ``.et`` files walked as one: ``(columns, nodes per
     file, the files joined)`` (byte offsets in the columns are into the joined bytes), or the kernel's
     status refusing one of them.  One walk over all files' records: a few numpy calls per round for
-    the whole set, however many files (a 1,024-rank set of one node each is one walk, not 1,024)."""
+    the whole set, however many files (a 1,024-rank set of one node each is one walk, not 1,024).
+    ``framings``: each file's :func:`frame`, where the caller has it already."""
     starts: list[int] = []
     ends: list[int] = []
-    sizes = []
+    sizes, bases = [], []
     base = 0
-    for data in datas:
-        framed = frame(data)
+    for i, data in enumerate(datas):
+        framed = frame(data) if framings is None else framings[i]
         if framed is None or not framed[0]:
             return BAD_FRAME
-        starts.extend(x + base for x in framed[0][1:])  # record 0 of each file is its GlobalMetadata
-        ends.extend(x + base for x in framed[1][1:])
+        starts.extend(framed[0][1:])  # record 0 of each file is its GlobalMetadata
+        ends.extend(framed[1][1:])
         sizes.append(len(framed[0]) - 1)
+        bases.append(base)
         base += len(data)
     joined = datas[0] if len(datas) == 1 else b"".join(datas)
+    shift = np.repeat(np.asarray(bases, np.int64), sizes)  # each file's records into the joined bytes
     try:
-        cols = _decode(np.frombuffer(joined, np.uint8), words_at(joined), np.asarray(starts, np.int64),
-                       np.asarray(ends, np.int64))
+        cols = _decode(np.frombuffer(joined, np.uint8), words_at(joined), np.asarray(starts, np.int64) + shift,
+                       np.asarray(ends, np.int64) + shift)
     except _Refused as why:
         return why.status
     return cols, tuple(sizes), joined
+
+
+def decode_records(joined: bytes, starts: np.ndarray, ends: np.ndarray) -> FileColumns | int:
+    """The columns of the node records ``[starts[i], ends[i])`` of ``joined`` (offsets into it), or
+    the kernel's status refusing one of them (:mod:`xsim_trace.io.et_diff`)."""
+    try:
+        return _decode(np.frombuffer(joined, np.uint8), words_at(joined), starts, ends)
+    except _Refused as why:
+        return why.status
 
 
 def _decode(buf: np.ndarray, words: np.ndarray, rec_start: np.ndarray, rec_end: np.ndarray) -> FileColumns:

@@ -215,29 +215,37 @@ NUMPY_BATCH_BYTES = 256 << 10
 
 
 def _read_numpy(names: list[str]) -> NodeColumns | None:
-    """The numpy decoder's way: files read and decoded in batches (:func:`_et_numpy.decode_many`),
-    the batches' columns concatenated."""
-    from xsim_trace.io import _et_numpy
+    """The numpy decoder's way: every file read, a file like an earlier one decoded by difference
+    (:mod:`xsim_trace.io.et_diff`), the others whole in batches (:func:`_et_numpy.decode_many`);
+    the batches' columns concatenated in file order."""
+    from xsim_trace.io import _et_numpy, et_diff
 
-    parts, tables, strs, rings, sizes, metas = [], [], [{}, {}], {}, [], []
-    batch: list[bytes] = []
-    base = batch_bytes = 0
-    for i, name in enumerate(names):
+    datas, metas = [], []
+    for name in names:
         got = _read_file(name)
         if got is None:
             return None
-        data = got[0]
+        datas.append(got[0])
         metas.append(got[1])
-        batch.append(data)
-        batch_bytes += len(data)
-        if i + 1 < len(names) and batch_bytes < NUMPY_BATCH_BYTES:
-            continue
-        got = _et_numpy.decode_many(batch)
-        batch, batch_bytes = [], 0
-        if not isinstance(got, tuple):
-            log.debug("numpy decoder status %s, reading the set the typed way", got)
-            return None
-        c, batch_sizes, joined = got
+    plan = _diff_plan(datas)
+    if plan is None:
+        return None
+    parts, tables, strs, rings, sizes = [], [], [{}, {}], {}, []
+    local: dict[int, _et_numpy.FileColumns] = {}  # base files' own columns, by file index
+    base = 0
+    for batch in _batches(plan, datas):
+        whole = plan[batch[0]][0] is None
+        if whole:
+            got = _et_numpy.decode_many([datas[i] for i in batch], [plan[i][1] for i in batch])
+            if not isinstance(got, tuple):
+                log.debug("numpy decoder status %s, reading the set the typed way", got)
+                return None
+            c, batch_sizes, joined = got
+            _keep_bases(plan, batch, datas, c, local)
+        else:
+            c, batch_sizes, joined = _decode_by_difference(plan, batch, datas, local)
+            if c is None:
+                return None
         if not _strings_of(joined, c.name_off, c.name_len, c.soff, c.slen, c.loff, c.llen, base, tables, strs, rings):
             return None
         parts.append(c)
@@ -265,14 +273,94 @@ def _read_numpy(names: list[str]) -> NodeColumns | None:
                        ring_order=rings, rank_sizes=tuple(sizes), metadata=tuple(metas))
 
 
+def _diff_plan(datas: list[bytes]) -> list[tuple] | None:
+    """Per file: ``(None, framed)`` to decode it whole, or ``(base file, changed node records)`` to
+    decode it by difference from an earlier whole-decoded file of its length; None where a file's
+    framing is broken (the typed reader words the error)."""
+    from xsim_trace.io import _et_numpy, et_diff
+
+    plan: list[tuple] = []
+    base_of_len: dict[int, int] = {}
+    framings: dict[int, object] = {}
+    for i, data in enumerate(datas):
+        b = base_of_len.get(len(data))
+        if b is not None:
+            changed = et_diff.changed_records(data, datas[b], framings[b])
+            if changed is not None and changed.records.shape[0] <= et_diff.MAX_CHANGED_FRACTION * framings[b].nodes:
+                plan.append((b, changed))
+                continue
+        framed = _et_numpy.frame(data)
+        if framed is None or not framed[0]:
+            return None
+        plan.append((None, framed))
+        framings[i] = et_diff.framing(framed)
+        base_of_len[len(data)] = i
+    return [(None, p[1]) if p[0] is None else (p[0], p[1], framings[p[0]]) for p in plan]
+
+
+def _batches(plan: list[tuple], datas: list[bytes]):
+    """Runs of consecutive files decoded the same way: whole, about :data:`NUMPY_BATCH_BYTES` a
+    batch; by difference, the whole run (one decode of all its changed records)."""
+    batch: list[int] = []
+    size = 0
+    for i, p in enumerate(plan):
+        whole = p[0] is None
+        if batch and (whole != (plan[batch[0]][0] is None) or (whole and size >= NUMPY_BATCH_BYTES)):
+            yield batch
+            batch, size = [], 0
+        batch.append(i)
+        size += len(datas[i])
+    if batch:
+        yield batch
+
+
+def _keep_bases(plan: list[tuple], batch: list[int], datas: list[bytes], c, local: dict) -> None:
+    """Keep the own columns of the files of a whole-decoded batch that others are decoded from."""
+    from xsim_trace.io import et_diff
+
+    needed = {p[0] for p in plan if p[0] is not None}
+    row = off = 0
+    for i in batch:
+        n = len(plan[i][1][0]) - 1
+        if i in needed:
+            local[i] = et_diff.file_slice(c, row, row + n, off)
+        row += n
+        off += len(datas[i])
+
+
+def _decode_by_difference(plan: list[tuple], batch: list[int], datas: list[bytes], local: dict):
+    """``(columns, nodes per file, the files joined)`` of a batch of files decoded by difference, or
+    ``(None, ...)`` where a changed record is refused (as a whole decode would refuse it)."""
+    from xsim_trace.io import _et_numpy, et_diff
+
+    offs, off = [], 0
+    for i in batch:
+        offs.append(off)
+        off += len(datas[i])
+    joined = datas[batch[0]] if len(batch) == 1 else b"".join(datas[i] for i in batch)
+    bases = [local[plan[i][0]] for i in batch]
+    changed = [et_diff.to_decode(plan[i][1], b) for i, b in zip(batch, bases)]
+    starts, ends = et_diff.record_bounds([plan[i][2] for i in batch], changed, offs)
+    fresh = _et_numpy.decode_records(joined, starts, ends)
+    if not isinstance(fresh, tuple):
+        log.debug("numpy decoder status %s, reading the set the typed way", fresh)
+        return None, (), joined
+    return et_diff.splice(bases, changed, offs, fresh), tuple(int(b.node_id.shape[0]) for b in bases), joined
+
+
 def _strings_of(data: bytes, name_off, name_len, soff, slen, loff, llen, base: int, tables: list, strs: list,
                 rings: dict) -> bool:
     """Add one file's names, string attributes and ring orders to the set's; False where one is not
     valid UTF-8 or a ring order does not parse (the typed reader words the error)."""
     try:
         tables.append(_names(data, name_off, name_len))
+        words = None
+        if np.any(soff >= 0):
+            from xsim_trace.io._et_numpy import words_at
+
+            words = words_at(data)
         for j in range(len(strs)):
-            strs[j].update(_strings(data, soff[:, j], slen[:, j], base))
+            strs[j].update(_strings(data, soff[:, j], slen[:, j], base, words))
         rings.update(_rings(data, loff, llen, base))
     except (UnicodeDecodeError, ValueError):
         return False
@@ -290,7 +378,10 @@ def _names(data: bytes, off: np.ndarray, ln: np.ndarray) -> NameTable:
     src = np.frombuffer(data, np.uint8)
     total = int(offsets[-1])
     idx = np.repeat(off - offsets[:-1], ln) + np.arange(total, dtype=np.int64)
-    packed = src[idx].tobytes()
+    gathered = src[idx]
+    packed = gathered.tobytes()
+    if total == 0 or int(gathered.max()) < 0x80:  # ASCII: valid UTF-8
+        return NameTable(packed, offsets)
     sep = np.zeros(total + n, np.uint8)
     pos = np.arange(total, dtype=np.int64) + np.repeat(np.arange(n, dtype=np.int64), ln)
     sep[pos] = src[idx]
@@ -298,15 +389,36 @@ def _names(data: bytes, off: np.ndarray, ln: np.ndarray) -> NameTable:
     return NameTable(packed, offsets)
 
 
-def _strings(data: bytes, off: np.ndarray, ln: np.ndarray, base: int = 0) -> dict[int, str]:
+def _strings(data: bytes, off: np.ndarray, ln: np.ndarray, base: int = 0, words: np.ndarray | None = None) -> dict[int, str]:
+    """``{base + i: value}`` of the string attributes present (``off[i] >= 0``); each distinct value of
+    up to 16 bytes decoded once (found by its length and two words, numpy), longer ones one by one."""
+    from xsim_trace.io._et_numpy import short_keys, words_at
+
+    idx = np.flatnonzero(off >= 0)
+    if idx.shape[0] == 0:
+        return {}
+    o, n = off[idx], ln[idx]
+    short = n <= 16
     out: dict[int, str] = {}
-    memo: dict[bytes, str] = {}
-    for i in np.flatnonzero(off >= 0).tolist():
-        raw = data[int(off[i]):int(off[i]) + int(ln[i])]
-        s = memo.get(raw)
-        if s is None:
-            s = memo[raw] = raw.decode("utf-8")
-        out[base + i] = s
+    if short.any():
+        head, tail = short_keys(words_at(data) if words is None else words, o[short], n[short])
+        rows = np.stack([n[short], head.view(np.int64), tail.view(np.int64)])
+        order = np.lexsort(rows[::-1])
+        s = rows[:, order]
+        new = np.empty(order.shape[0], bool)
+        new[0] = True
+        np.any(s[:, 1:] != s[:, :-1], axis=0, out=new[1:])
+        firsts = order[new]
+        so = o[short][firsts].tolist()
+        values = [data[a:a + b].decode("utf-8") for a, b in zip(so, n[short][firsts].tolist())]
+        which = np.empty(order.shape[0], np.int64)
+        which[order] = np.cumsum(new) - 1
+        keys = (idx[short] + base).tolist()
+        out = dict(zip(keys, map(values.__getitem__, which.tolist())))
+    if not short.all():
+        for i in np.flatnonzero(~short).tolist():
+            out[int(idx[i]) + base] = data[int(o[i]):int(o[i]) + int(n[i])].decode("utf-8")
+        out = dict(sorted(out.items()))
     return out
 
 

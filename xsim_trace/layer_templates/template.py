@@ -207,8 +207,10 @@ def templates_from_ops(model: ModelSpec, wmodel, dev, tp: int, source: str) -> M
         return LayerTemplate(tuple(_timed(o, dev) for o in fwd), tuple(_timed(o, dev) for o in bwd), layer)
 
     emb_grad = model.embedding_grad_bytes()
+    # full recompute: a layer's backward first reruns its forward (TP collectives included)
+    rerun = layer_forward(wmodel, fw) if model.recompute else []
     return ModelTemplate(
-        layers=(lt(layer_forward(wmodel, fw), layer_backward(wmodel, fw), 0),),
+        layers=(lt(layer_forward(wmodel, fw), rerun + layer_backward(wmodel, fw), 0),),
         device_spec=dev, tp=tp, activation_bytes=model.boundary_activation_bytes(),
         layer_grad_bytes=model.layer_grad_bytes(),
         pre=lt(embedding_forward(wmodel, fw), embedding_backward(wmodel, fw)),

@@ -120,6 +120,19 @@ class AnalyticalCongestionAwareBackend(SpeculativeBackend):
         slow = min(range(len(links)), key=bw.__getitem__)
         return sum(self._lat[l] for l in links) + s / bw[slow] + sum(c / b for i, b in enumerate(bw) if i != slow)
 
+    def lone_flow_hops(self, src: int, dst: int, size_bytes: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+        """One flow alone in the network, by the rules of :meth:`_run` with every link free: its links,
+        each hop's transmit start after the flow's start, each hop's serialisation (the link is busy
+        from that start for that long) and the landing after the start (0 without links)."""
+        links, ser, comm, ccomm = self._hop_delays(src, dst, size_bytes)
+        starts = []
+        t = tail = 0
+        for h in range(len(links)):
+            starts.append(t)
+            tail = t + comm[h] if h == 0 else max(t + comm[h], tail + ccomm[h])
+            t += ccomm[h]
+        return links, tuple(starts), ser, tail
+
     def _run(self, limit: float, stop_at_done: bool) -> int | None:
         """Run events with time <= limit.  One loop with local names: this is the hot path."""
         heap = self._heap

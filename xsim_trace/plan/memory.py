@@ -54,6 +54,8 @@ def stage_memory_parts(plan: Plan, pipe: PipelinePlan, stage: int, num_layers: i
     inflight = in_flight_microbatches(plan, stage, len(pipe.stages), pipe.micro_batches or None)
     per_chunk_layers = layers / max(1, plan.chunks)
     act = int(inflight * per_chunk_layers * m.layer_activation_bytes(st.tp))
+    if m.recompute and layers:  # the layer being recomputed holds its full activations once
+        act += m.layer_working_bytes(st.tp)
     return StageMemoryParts(params // st.tp, weights, grads, optimizer, act)
 
 

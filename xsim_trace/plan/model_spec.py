@@ -28,6 +28,11 @@ class ModelSpec:
     #: expert-parallel degree, folded onto each stage's TP ranks (MoE parallel folding): experts are
     #: split over ``expert_parallel`` ranks and each expert over the remaining tp / ep (expert TP)
     expert_parallel: int = 1
+    #: full activation recompute (Megatron ``--recompute-granularity full``, FlashFlex ``--checkpoint-layers``):
+    #: a layer keeps only its input for backward and reruns its forward (collectives included) before it
+    recompute: bool = False
+    #: fused (flash) attention: no ``a * s * s`` score / softmax / dropout tensors kept for backward
+    flash_attention: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -102,10 +107,20 @@ class ModelSpec:
         return self.seq_len * self.micro_batch_size * self.hidden * self.dtype_bytes
 
     def layer_activation_bytes(self, tp: int) -> int:
-        """Activation memory one layer keeps for backward per micro-batch (Korthikanti et al.'s
-        s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes, no recompute, no sequence parallelism)."""
+        """Activation memory one layer keeps for backward per micro-batch: with recompute its input
+        only (``s*b*h`` at ``dtype_bytes``, on every TP rank), else :meth:`layer_working_bytes`."""
+        if self.recompute:
+            return self.seq_len * self.micro_batch_size * self.hidden * self.dtype_bytes
+        return self.layer_working_bytes(tp)
+
+    def layer_working_bytes(self, tp: int) -> int:
+        """Everything one layer's forward keeps for its backward, per micro-batch (Korthikanti et al.'s
+        s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes, no sequence parallelism; the ``5*a*s/(h*t)`` attention
+        scores, softmax and dropout mask are not kept with flash attention).  Under recompute one layer
+        at a time holds this while it reruns its forward and backward."""
         s, b, h, a = self.seq_len, self.micro_batch_size, self.hidden, self.heads
-        return int(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
+        scores = 0.0 if self.flash_attention else 5 * a * s / (h * tp)
+        return int(s * b * h * (10 + 24 / tp + scores))
 
     def layer_fwd_flops(self) -> int:
         """Forward FLOPs of one layer for one micro-batch (GEMMs + attention scores)."""

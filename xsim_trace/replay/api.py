@@ -35,10 +35,14 @@ def replay_compiled(
     closed_form: bool | None = None,
     progress: Callable[[int], None] | None = None,
     fold: bool = True,
+    uncontended: bool = True,
 ) -> ReplayResult:
     """Replay a compiled workload.  ``fold``: on the compiled closed-form path, simulate one rank
     per class of equivalent ranks and give the others its times (:mod:`xsim_trace.replay.fold`;
-    exact; ``result.stats.folded_ranks`` says how many were folded)."""
+    exact; ``result.stats.folded_ranks`` says how many were folded).  ``uncontended``: on a fresh
+    ``analytical-ca`` backend walking the schedule, first price the collectives in closed form and
+    keep that replay where no flow would have found a link busy (:mod:`xsim_trace.replay.uncontended`;
+    exact; ``result.stats.closed_form_collectives`` then counts them), else run it flow by flow."""
     settings = settings or ReplaySettings()
     node_of = group_of = None
     if cluster is not None:
@@ -53,8 +57,16 @@ def replay_compiled(
     pricer, settings = collective_pricer(settings, cluster, backend, closed_form=closed_form)
     rank_class = _rank_classes(group_of, workload.num_ranks) if group_of is not None else None
     try:
-        raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, pricer=pricer,
-                     progress=progress, fold=fold, rank_class=rank_class).run()
+        raw = None
+        if uncontended and pricer is None and closed_form is not False:
+            from xsim_trace.replay import uncontended as shortcut  # noqa: PLC0415
+
+            if shortcut.applies(backend, workload):
+                raw = shortcut.replay_uncontended(workload, backend, settings, node_of=node_of, fold=fold,
+                                                  rank_class=rank_class, progress=progress)
+        if raw is None:
+            raw = Engine(workload, backend, settings, node_of=node_of, closed_form=closed_form, pricer=pricer,
+                         progress=progress, fold=fold, rank_class=rank_class).run()
     except OverflowError as exc:  # the bounds keep times in int64; a backend's own numbers can still overflow
         raise GraphError(f"simulated time does not fit in 64-bit nanoseconds ({exc}): check the cluster's "
                          "bandwidths and latencies and the trace's sizes") from None

@@ -10,7 +10,7 @@ configured algorithm with the backend's uncontended transfer times.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -63,6 +63,10 @@ class ScheduleWalkPricer:
         self.schedules = schedules
         self.settings = settings
         self._memo: dict[tuple, list[int]] = {}
+        #: called with (schedule, step index, each transfer's issue time) for every step walked, when
+        #: set (:mod:`xsim_trace.replay.uncontended` books the links the flows hold); chunks that
+        #: start alike are then walked each, not copied
+        self.watch: Callable[[CachedSchedule, int, np.ndarray], None] | None = None
 
     def offsets_ns(self, inst: CollectiveInstance, members: Sequence[int]) -> list[int]:
         key = (inst.group, inst.comm_type, inst.size_bytes, inst.root, inst.ring)
@@ -80,7 +84,7 @@ class ScheduleWalkPricer:
         memo: tuple | None = None
         for c, cb in enumerate(sizes):
             start = start0 if c < in_flight else chunk_fin[c - in_flight]
-            if memo is not None and memo[0] == cb and np.array_equal(memo[1], start):
+            if memo is not None and memo[0] == cb and np.array_equal(memo[1], start) and self.watch is None:
                 chunk_fin.append(memo[2])
                 continue
             fin = self._chunk(self.schedules.get(inst, cb), m, start)
@@ -97,7 +101,10 @@ class ScheduleWalkPricer:
             hit.latest_sends = latest_sends(hit.schedule.steps, times, len(m))
         ready = start.copy()
         sent = start.copy()  # when each member's last send of this chunk is delivered
-        for step, t, u, last in zip(hit.schedule.steps, times, hit.dst_unique, hit.latest_sends):
+        watch = self.watch
+        for k, (step, t, u, last) in enumerate(zip(hit.schedule.steps, times, hit.dst_unique, hit.latest_sends)):
+            if watch is not None:
+                watch(hit, k, ready[step.src] + delay)
             arr = ready[step.src] + (delay + t)
             if last is not None:  # sends that may be their member's latest delivery
                 sel, srcs, srcs_unique = last

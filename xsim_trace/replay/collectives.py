@@ -8,15 +8,19 @@ model-paced flows of its edges and ends ``latency`` after the last lands."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.replay.collective_pricing import CollectivePricer, chunk_sizes
 from xsim_trace.replay.compile import CollectiveInstance, CompiledWorkload
 from xsim_trace.replay.events import EventQueue
 from xsim_trace.replay.flow_port import FlowPort
-from xsim_trace.replay.model_flows import ModelPacedFlows
 from xsim_trace.replay.schedule_cache import Plan, ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
 from xsim_trace.replay.streams import NodeTimes
+
+if TYPE_CHECKING:  # the NCCL model loads only where a replay uses it
+    from xsim_trace.replay.model_flows import ModelPacedFlows
 
 
 class CollRun:

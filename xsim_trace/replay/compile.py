@@ -440,27 +440,38 @@ def _match_collectives(num_ranks, pg_of, node_rank, node_id, comm_type, comm_siz
         groups.append(tuple(members))
         group_names.append(pg)
         n_inst = counts[members[0]] if members else 0
-        for seq in range(n_inst):
-            nodes = tuple(by_rank[r][seq] for r in members)
-            first = nodes[0]
-            ctype = int(comm_type[first])
-            for r, g in zip(members, nodes):
-                if int(comm_type[g]) != ctype:
-                    raise GraphError(
-                        f"collective #{seq} of process group {pg!r} has type {int(comm_type[g])} here but {ctype} on rank {members[0]}",
-                        rank=r,
-                        node=int(node_id[g]),
-                        field=A.COMM_TYPE,
-                    )
-            sizes = {int(comm_size[g]) for g in nodes}
-            if len(sizes) > 1:
-                log.warning("collective #%d of process group %r: members disagree on comm_size %s; using the largest", seq, pg, sorted(sizes))
-            idx = len(instances)
-            root, ring = _instance_layout(pg, seq, members, nodes, ctype, node_rank, node_id, root_of, ring_of)
-            instances.append(CollectiveInstance(gid, seq, ctype, max(sizes), nodes, root, ring))
-            for g in nodes:
-                coll_instance[g] = idx
+        if n_inst:
+            _add_instances(instances, coll_instance, gid, pg, members, by_rank, n_inst, node_rank, node_id, comm_type,
+                           comm_size, root_of, ring_of)
     return tuple(groups), tuple(group_names), tuple(instances), coll_instance
+
+
+def _add_instances(instances: list, coll_instance: np.ndarray, gid: int, pg: str, members: tuple[int, ...], by_rank: dict,
+                   n_inst: int, node_rank, node_id, comm_type, comm_size, root_of: dict, ring_of: dict) -> None:
+    """The ``n_inst`` collectives of one process group (member ``r``'s ``seq``-th is ``by_rank[r][seq]``):
+    checked (one type; the largest size where members disagree, with a warning) and appended, in order."""
+    mat = np.asarray([by_rank[r] for r in members], np.int64).T  # [seq, member position]
+    ctypes = comm_type[mat]
+    bad = ctypes != ctypes[:, :1]
+    bad_seq = int(np.argmax(bad.any(axis=1))) if bad.any() else n_inst  # the first collective of two types
+    sizes = comm_size[mat]
+    size_max = sizes.max(axis=1).tolist()
+    disagree = set(np.flatnonzero(sizes.min(axis=1) != sizes.max(axis=1)).tolist())
+    layout = bool(root_of or ring_of) and any(g in root_of or g in ring_of for g in mat.ravel().tolist())
+    base = len(instances)
+    coll_instance[mat] = (base + np.arange(n_inst, dtype=np.int32))[:, None]
+    for seq, (nodes, ctype) in enumerate(zip(map(tuple, mat.tolist()), ctypes[:, 0].tolist())):
+        if seq == bad_seq:
+            pos = int(np.argmax(bad[seq]))
+            g = nodes[pos]
+            raise GraphError(f"collective #{seq} of process group {pg!r} has type {int(comm_type[g])} here but {ctype} on rank {members[0]}",
+                             rank=members[pos], node=int(node_id[g]), field=A.COMM_TYPE)
+        if seq in disagree:
+            log.warning("collective #%d of process group %r: members disagree on comm_size %s; using the largest", seq, pg,
+                        sorted({int(comm_size[g]) for g in nodes}))
+        root, ring = (_instance_layout(pg, seq, members, nodes, ctype, node_rank, node_id, root_of, ring_of) if layout
+                      else (0, None))
+        instances.append(CollectiveInstance(gid, seq, ctype, size_max[seq], nodes, root, ring))
 
 
 def role_name(role: int) -> str:

@@ -11,12 +11,14 @@ pricer, memoised per shape), the transfer time of every (p2p key, size) a send/r
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Callable
 
 import numpy as np
 
 from xsim_trace.graph.kinds import CollectiveType
 from xsim_trace.replay.compile import K_SEND, CompiledWorkload
+from xsim_trace.replay.distinct import distinct_rows
 from xsim_trace.replay.p2p_keys import p2p_keys
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
@@ -44,21 +46,22 @@ def _collectives(w: CompiledWorkload, pricer, full=None) -> tuple:
     sizes = np.fromiter((len(x.nodes) for x in w.instances), np.int64, n_inst)
     ptr = np.zeros(n_inst + 1, np.int64)
     np.cumsum(sizes, out=ptr[1:])
-    nodes = np.empty(int(ptr[-1]), np.int64)
-    off = np.zeros(int(ptr[-1]), np.int64)
+    nodes = np.fromiter(chain.from_iterable(x.nodes for x in w.instances), np.int64, int(ptr[-1]))
+    offs: list = []  # per instance its members' offsets, zeros where not priced
     priced = np.zeros(n_inst, np.int8)
+    barrier = CollectiveType.BARRIER
     for x, inst in enumerate(w.instances):
-        a, b = int(ptr[x]), int(ptr[x + 1])
-        nodes[a:b] = inst.nodes
         members = w.groups[inst.group] if full is None else full[1][inst.group]
-        if len(members) <= 1 or (inst.size_bytes == 0 and inst.comm_type != CollectiveType.BARRIER):
+        if len(members) <= 1 or (inst.size_bytes == 0 and inst.comm_type != barrier):
+            offs.append((0,) * len(inst.nodes))
             continue
         priced[x] = 1
         if full is None:
-            off[a:b] = pricer.offsets_ns(inst, members)
+            offs.append(pricer.offsets_ns(inst, members))
         else:
             where = np.searchsorted(members, full[0][list(w.groups[inst.group])])
-            off[a:b] = np.asarray(pricer.offsets_ns(inst, members), np.int64)[where]
+            offs.append(np.asarray(pricer.offsets_ns(inst, members), np.int64)[where].tolist())
+    off = np.fromiter(chain.from_iterable(offs), np.int64, int(ptr[-1]))
     inst_of = w.coll_instance.astype(np.int64)
     return inst_of, np.zeros(n_inst, np.int64), ptr, nodes, off, priced
 
@@ -88,7 +91,7 @@ def _p2p(w: CompiledWorkload, schedules: ScheduleCache, booked: bool, rank_ids: 
         if rank_ids is not None:
             uniq = np.stack([rank_ids[uniq[:, 0]], rank_ids[uniq[:, 1]], uniq[:, 2]], 1)
         # every size a pair on a key can move: max(size1 of send, size1 of recv) is one of them
-        ks = np.unique(np.stack([key[idx], size1[idx]], 1), axis=0)
+        ks = distinct_rows(np.stack([key[idx], size1[idx]], 1))[0]  # (np.unique would import numpy.ma)
         n_keys = len(uniq)
         size_ptr = np.zeros(n_keys + 1, np.int64)
         np.cumsum(np.bincount(ks[:, 0], minlength=n_keys), out=size_ptr[1:])

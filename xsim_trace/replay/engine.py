@@ -45,7 +45,6 @@ from xsim_trace.replay.compiled_loop import run_compiled
 from xsim_trace.replay.compile import K_COLL, K_RECV, K_SEND, CompiledWorkload
 from xsim_trace.replay.events import EventQueue
 from xsim_trace.replay.flow_port import NO_HORIZON_NS, FlowPort, make_flow
-from xsim_trace.replay.model_flows import ModelPacedFlows
 from xsim_trace.replay.p2p import P2PMatcher
 from xsim_trace.replay.schedule_cache import ScheduleCache
 from xsim_trace.replay.settings import ReplaySettings
@@ -126,17 +125,26 @@ class Engine:
         self.closed_form = ok if closed_form is None else (closed_form and ok)
         self.progress = progress
         self.schedules = ScheduleCache(workload, backend, self.settings, self.node_of)
-        lowering = isinstance(pricer, ModelPacedFlows)
+        lowering = _is_model_paced(pricer)
         self.lowering = pricer if lowering and not self.closed_form else None
         if lowering and self.closed_form:
             pricer = pricer.pricer  # its model, priced whole
         self.pricer = (pricer or ScheduleWalkPricer(self.schedules, self.settings)) if self.closed_form else None
         self._booked = False
         self.compiled = self._compiled_applies(compiled)
-        #: simulate one rank per class of equivalent ranks (the compiled path only)
-        self.fold = bool(fold) and self.compiled
+        #: simulate one rank per class of equivalent ranks (the closed-form path, compiled or Python)
+        self.fold = bool(fold) and (self.compiled or self._python_fold_applies())
         self.rank_class = None if rank_class is None else np.asarray(rank_class, np.int64)
         self.compiled_ca = not self.compiled and self._compiled_ca_applies(compiled)
+
+    def _python_fold_applies(self) -> bool:
+        """Folding on the Python loop (:mod:`~xsim_trace.replay.fold_loop`): collectives priced whole,
+        p2p flows timed alone or booking endpoint ports (what the fold's couplings describe)."""
+        if not self.closed_form or self.pricer is None or self.lowering is not None:
+            return False
+        caps = capabilities_of(self.backend)
+        self._booked = caps.port_booking and not caps.contention_free
+        return caps.contention_free or self._booked or not bool(np.any(self.w.exec_kind == K_SEND))
 
     def _compiled_applies(self, wanted: bool | None) -> bool:
         """The compiled loop runs the closed-form path only; by default from :data:`COMPILED_MIN_NODES`
@@ -178,12 +186,22 @@ class Engine:
             out = run_compiled_ca(self.w, self.backend, self.schedules, self.settings, self.progress)
             if out is not None:
                 return self._raw_of(*out)
-        w = self.w
+        if self.fold:
+            out = self._run_folded_python()
+            if out is not None:
+                return out
+        times, stats, finished = self._run_python(self.w, self.backend, self.pricer, self.progress)
+        if finished != self.w.num_nodes:
+            self._deadlock(times)
+        return RawTimes(*_arrays(times), stats=stats)
+
+    def _run_python(self, w: CompiledWorkload, backend, pricer, progress) -> tuple[NodeTimes, EngineStats, int]:
+        """The pure-Python loop over ``w``: (times, stats, nodes finished)."""
         times = NodeTimes(w.num_nodes)
         queue = EventQueue()
-        port = FlowPort(self.backend)
-        streams = Streams(w, times, queue, self.progress)
-        colls = Collectives(w, self.settings, times, queue, port, self.schedules, self.pricer, self.lowering)
+        port = FlowPort(backend)
+        streams = Streams(w, times, queue, progress)
+        colls = Collectives(w, self.settings, times, queue, port, self.schedules, pricer, self.lowering)
         p2p = P2PMatcher(w, self.settings, times, queue, port)
         streams.on_collective = colls.arrive
         streams.on_p2p = p2p.arrive
@@ -191,16 +209,38 @@ class Engine:
         streams.seed()
         events = _loop(queue, port, streams)
         streams.report_rest()
-        if streams.finished != w.num_nodes:
-            self._deadlock(times)
-        return RawTimes(
-            ready_ns=np.asarray(times.ready, np.int64),
-            start_ns=np.asarray(times.start, np.int64),
-            end_ns=np.asarray(times.end, np.int64),
-            wait_ns=np.asarray(times.wait, np.int64),
-            peer_node=np.asarray(times.peer, np.int64),
-            stats=EngineStats(events=events, flows=port.flows, collectives=colls.started, closed_form_collectives=colls.priced),
-        )
+        stats = EngineStats(events=events, flows=port.flows, collectives=colls.started, closed_form_collectives=colls.priced)
+        return times, stats, streams.finished
+
+    def _run_folded_python(self) -> RawTimes | None:
+        """The Python loop over the quotient of equivalent ranks, expanded to every rank; None where
+        no rank folds or the quotient cannot stand for the full run (then every rank is replayed)."""
+        from xsim_trace.replay import fold_loop  # noqa: PLC0415
+        from xsim_trace.replay.compiled_loop import _order_decided_tie  # noqa: PLC0415
+        from xsim_trace.replay.fold import expand  # noqa: PLC0415
+
+        w = self.w
+        got = fold_loop.find(w, self.schedules, self.pricer, self._booked, self.rank_class)
+        if got is None:
+            return None
+        found, p2p, colls = got
+        backend = fold_loop.backend_copy(self.backend)
+        if backend is None:
+            return None
+        wq, q, pricer = fold_loop.quotient_workload(w, found, colls)
+        tq, stats, finished = self._run_python(wq, backend, pricer, None)
+        why = "the quotient did not finish" if finished != wq.num_nodes else None
+        if why is None:
+            times = expand(w, found, q, _arrays(tq))
+            why = _order_decided_tie(w, q, times, p2p, self._booked, self.settings)
+        if why is not None:
+            log.debug("fold: replaying every rank (%s)", why)
+            return None
+        if self.progress is not None:
+            self.progress(w.num_nodes)
+        return RawTimes(*times, stats=EngineStats(events=stats.events, flows=stats.flows, collectives=stats.collectives,
+                                                  closed_form_collectives=stats.closed_form_collectives,
+                                                  folded_ranks=found.folded_ranks), rep_of=found.rep_of)
 
     def _run_compiled(self) -> RawTimes:
         return self._raw_of(*run_compiled(self.w, self.schedules, self.settings, self.pricer, self.progress, self._booked,
@@ -230,6 +270,18 @@ class Engine:
         for i in range(w.num_nodes):
             if times.end[i] < 0:
                 raise GraphError("replay deadlocked: node never became ready", rank=int(w.node_rank[i]), node=int(w.node_id[i]))
+
+
+def _is_model_paced(pricer) -> bool:
+    """Whether ``pricer`` is a :class:`~xsim_trace.replay.model_flows.ModelPacedFlows` (not imported
+    unless loaded already: no instance can exist before, and it brings in the NCCL model)."""
+    mod = sys.modules.get("xsim_trace.replay.model_flows")
+    return mod is not None and isinstance(pricer, mod.ModelPacedFlows)
+
+
+def _arrays(times: NodeTimes) -> tuple[np.ndarray, ...]:
+    """(ready, start, end, wait, peer) as int64 arrays."""
+    return tuple(np.asarray(a, np.int64) for a in (times.ready, times.start, times.end, times.wait, times.peer))
 
 
 def _loop(queue: EventQueue, port: FlowPort, streams: Streams) -> int:

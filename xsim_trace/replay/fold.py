@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsim_trace.replay.compile import K_RECV, K_SEND, CompiledWorkload
+from xsim_trace.replay.distinct import distinct_rows, sorted_distinct
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,10 @@ def _tag_roles(w: CompiledWorkload) -> np.ndarray:
     if len(idx):
         keys = np.stack([w.node_rank[idx].astype(np.int64), w.comm_peer[idx].astype(np.int64),
                          w.exec_kind[idx].astype(np.int64), w.comm_tag[idx]], 1)
-        _, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        out[idx] = idx[first][inv.reshape(-1)] - w.rank_ptr[:-1][w.node_rank[idx]] + 1
+        uniq, inv = distinct_rows(keys)
+        first = np.full(len(uniq), len(keys), np.int64)
+        np.minimum.at(first, inv, np.arange(len(keys), dtype=np.int64))  # each key's first row
+        out[idx] = idx[first][inv] - w.rank_ptr[:-1][w.node_rank[idx]] + 1
     return out
 
 
@@ -132,7 +135,7 @@ def _rank_hash(w: CompiledWorkload, node_h: np.ndarray, pos: np.ndarray) -> np.n
 def _labels(*keys: np.ndarray) -> np.ndarray:
     """Dense class labels of the rows of ``keys`` (equal rows, equal label)."""
     stacked = np.stack([np.asarray(k).astype(np.int64) for k in keys], 1)
-    return np.unique(stacked, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return distinct_rows(stacked)[1]
 
 
 def _first_of(labels: np.ndarray) -> np.ndarray:
@@ -244,9 +247,10 @@ def _not_closed(w: CompiledWorkload, c: Couplings, fold: Fold, pos: np.ndarray) 
         key_in_q = np.zeros(n_keys, bool)
         key_in_q[c.p2p_key[p2p]] = True
         owner = np.repeat(np.arange(n_keys), np.diff(kptr))
-        q_ports = np.unique(kports[key_in_q[owner]])
-        other = np.unique(kports[~key_in_q[owner]])
-        if np.intersect1d(q_ports, other).size:
+        q_ports = sorted_distinct(kports[key_in_q[owner]])
+        other = sorted_distinct(kports[~key_in_q[owner]])
+        at = np.minimum(np.searchsorted(other, q_ports), max(len(other) - 1, 0))
+        if len(other) and np.any(other[at] == q_ports):  # (np.intersect1d would import numpy.ma)
             return "a port the representatives book is booked by folded ranks' flows too"
     return None
 
@@ -316,8 +320,8 @@ def order_decided_tie(w: CompiledWorkload, q: Quotient, ready: np.ndarray, start
     trig = np.full(w.num_nodes, -1, np.int64)
     trig[dst[hit]] = src[hit]
     res = w.resource[nodes].astype(np.int64)
-    _, inv, cnt = np.unique(np.stack([res, ready[nodes]], 1), axis=0, return_inverse=True, return_counts=True)
-    inv = inv.reshape(-1)
+    uniq, inv = distinct_rows(np.stack([res, ready[nodes]], 1))
+    cnt = np.bincount(inv, minlength=len(uniq))
     waits = np.zeros(len(cnt), bool)
     np.logical_or.at(waits, inv, start[nodes] > ready[nodes])
     tied = (cnt[inv] > 1) & waits[inv]
@@ -327,7 +331,7 @@ def order_decided_tie(w: CompiledWorkload, q: Quotient, ready: np.ndarray, start
         if np.any((n_trig[m] != 1) & ~seeded):
             return "a node woken by several ends at one instant waited in a tie"
         t = np.where(seeded, -2, trig[m])
-        pair = np.unique(np.stack([inv[tied], t], 1), axis=0)
+        pair = distinct_rows(np.stack([inv[tied], t], 1))[0]
         shared = pair[:, 1] >= 0
         groups, trigs = pair[shared, 0], pair[shared, 1]
         if len(trigs) and np.any(w.exec_kind[trigs] != 0):
@@ -336,12 +340,12 @@ def order_decided_tie(w: CompiledWorkload, q: Quotient, ready: np.ndarray, start
                 return "waiting nodes woken at one instant by a collective or a transfer"
         if len(trigs):
             key = np.stack([groups, start[trigs]], 1)
-            if len(np.unique(key, axis=0)) != len(key):
+            if len(distinct_rows(key)[0]) != len(key):
                 return "waiting nodes woken by timed nodes that started at one instant"
     p2p = nodes[p2p_key[nodes] >= 0]
     if len(p2p):
         key = np.stack([p2p_key[p2p], w.exec_kind[p2p].astype(np.int64), start[p2p]], 1)
-        if len(np.unique(key, axis=0)) != len(key):
+        if len(distinct_rows(key)[0]) != len(key):
             return "two transfers on one (src, dst, tag) queue started at one instant"
     if flow_ports is not None and flow_start is not None:
         sends = p2p[(w.exec_kind[p2p] == 1) & (flow_start[p2p] >= 0)]
@@ -353,6 +357,6 @@ def order_decided_tie(w: CompiledWorkload, q: Quotient, ready: np.ndarray, start
             port = kports[np.repeat(kptr[k] - np.concatenate([[0], np.cumsum(n_ports)[:-1]]), n_ports)
                           + np.arange(int(n_ports.sum()))]
             key = np.stack([port, flow_start[sends][owner]], 1)
-            if len(np.unique(key, axis=0)) != len(key):
+            if len(distinct_rows(key)[0]) != len(key):
                 return "two flows booked one port at one instant"
     return None

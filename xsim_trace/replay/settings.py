@@ -101,12 +101,13 @@ class ReplaySettings:
                               field="collective_model")
         if self.collective_model == "schedule" and (self.nccl_algo or self.nccl_proto):
             raise ConfigError("NCCL algorithm / protocol forcing needs collective_model nccl", field="nccl_algo")
-        from xsim_trace.network.nccl.kinds import Algo, Proto  # noqa: PLC0415
+        if self.nccl_algo or self.nccl_proto:  # (the NCCL model's package loads only where it is used)
+            from xsim_trace.network.nccl.kinds import Algo, Proto  # noqa: PLC0415
 
-        if self.nccl_algo:
-            object.__setattr__(self, "nccl_algo", Algo.parse(self.nccl_algo, field="nccl_algo").value)
-        if self.nccl_proto:
-            object.__setattr__(self, "nccl_proto", Proto.parse(self.nccl_proto, field="nccl_proto").value)
+            if self.nccl_algo:
+                object.__setattr__(self, "nccl_algo", Algo.parse(self.nccl_algo, field="nccl_algo").value)
+            if self.nccl_proto:
+                object.__setattr__(self, "nccl_proto", Proto.parse(self.nccl_proto, field="nccl_proto").value)
         if self.p2p not in P2P_MODES:
             raise ConfigError(f"expected one of {', '.join(P2P_MODES)}, found {self.p2p!r}", field="p2p")
         for name in ("chunks", "in_flight"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from xsim_trace.errors import XsimError
-from xsim_trace.validate.hetero_mfu import is_mfu_row, mfu_row_error
+from xsim_trace.validate.hetero_mfu import flashflex_predictable, flashflex_tokens_per_s, is_mfu_row, mfu_row_error
 from xsim_trace.validate.hetero_predict import FITTED, HeteroCalibration, StageTiming, predict
 from xsim_trace.validate.hetero_rows import HeteroRow, RawRow, RowError, parse_row
 
@@ -37,6 +37,7 @@ class RowResult:
     error: str = ""  # why the row could not be built / predicted (names the column)
     infeasible: str = ""  # why the prediction finds the run infeasible (out of memory, a stage DeepSpeed cannot build)
     stages: tuple[StageTiming, ...] = ()  # the per-stage breakdown of the prediction
+    note: str = ""  # what an MFU row was compared on (MFU measured / predicted, batch, the searched plan)
 
     @property
     def abs_err_pct(self) -> float | None:
@@ -62,8 +63,9 @@ class RowResult:
                 f"predicted to fit ({self.peak_GiB:.1f} of {self.capacity_GiB:.0f} GiB)"
             return f"{self.row_id:6s} measured  failed  predicted {self.predicted_s:9.3f} s  run_failed: {verdict} ({tag})"
         oom = f"  predicted infeasible ({self.infeasible})" if self.predicted_oom else ""
+        note = f"  [{self.note}]" if self.note else ""
         return (f"{self.row_id:6s} measured {self.measured_s:9.3f} s  predicted {self.predicted_s:9.3f} s  "
-                f"error {self.err_pct:+7.1f} %{oom} ({tag})")
+                f"error {self.err_pct:+7.1f} %{oom} ({tag}){note}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +86,14 @@ class Summary:
 def predict_row(raw: RawRow, cal: HeteroCalibration, row: HeteroRow | None = None) -> RowResult:
     base = dict(row_id=raw.row_id, heterogeneous=raw.heterogeneous, suspect=raw.suspect, failed=raw.failed)
     try:
-        if row is None and is_mfu_row(raw):  # what the MFU row's source fixes, and the column it leaves open
-            raise mfu_row_error(raw)
+        if row is None and is_mfu_row(raw):  # FlashFlex: the run rebuilt, its plan searched, MFU -> seconds
+            if not flashflex_predictable(raw):
+                raise mfu_row_error(raw)
+            flashflex_tokens_per_s(raw)  # the value and every GPU's repository peak readable, else the column
+            from xsim_trace.validate.hetero_flashflex import predict_flashflex
+
+            ff = predict_flashflex(raw, cal)
+            return RowResult(measured_s=ff.measured_s, predicted_s=ff.step_s, note=ff.note(), **base)
         row = row if row is not None else parse_row(raw)
         p = predict(row, cal)
     except RowError as exc:

@@ -1,5 +1,5 @@
 """Rows of a measured-runs table that report model FLOPs utilisation (``metric`` = ``MFU``, value in %) instead of
-an iteration time: what their source fixes, and why such a row cannot be predicted without its batch and plan.
+an iteration time: what their source fixes (the prediction itself: :mod:`xsim_trace.validate.hetero_flashflex`).
 
 The only MFU rows known are HexiScale / FlashFlex's (arXiv 2409.01143; github.com/Relaxed-System-Lab/FlashFlex,
 README "Performance Results" at 5ee1726).  What that repository fixes, read from its files:
@@ -18,9 +18,10 @@ README "Performance Results" at 5ee1726).  What that repository fixes, read from
 What it does not give: the global batch, the micro-batch count, the plan HexiScale's search chose for each README
 setting (``--hetero_configs``, ``--layer_partitions``; the search in ``experimental/main.py`` starts from a random
 partition and its inputs, batch and assumed inter-node bandwidth included, are not recorded), and the Megatron
-baselines' TP / PP / DP and batch.  The measured MFU therefore converts to a throughput (tokens/s, below) but not to
-an iteration time, and there is no deployment to predict: :func:`mfu_row_error` says so, naming the first missing
-column.
+baselines' TP / PP / DP and batch.  The measured MFU therefore converts to a throughput (tokens/s, below), and to
+an iteration time only at an assumed batch, and the deployment has to be chosen (by xsim's plan search, in
+:mod:`~xsim_trace.validate.hetero_flashflex`); :func:`mfu_row_error` names the column of an MFU row that is not
+predicted.
 """
 
 from __future__ import annotations
@@ -83,9 +84,16 @@ def flashflex_tokens_per_s(raw: RawRow) -> float:
     return mfu_pct / 100 * peak_tflops * FLASHFLEX_TFLOPS_UNIT / flashflex_flops_per_token(layers, hidden, seq, vocab)
 
 
+def flashflex_predictable(raw: RawRow) -> bool:
+    """A FlashFlex MFU row whose plan is left to the plan search (:mod:`xsim_trace.validate.hetero_flashflex`):
+    its plan column is not one of the DeepSpeed pipeline forms (Sailor / AMP), which describe another engine."""
+    return from_flashflex(raw) and not re.search(r"boundaries|\bS0\s*:", raw.fields.get("plan", ""))
+
+
 def mfu_row_error(raw: RawRow) -> RowError:
-    """Why an MFU row cannot be predicted: the first column a prediction needs that the row leaves open (the
-    global batch, then the plan), with what its source does fix and the throughput its MFU states."""
+    """Why an MFU row is not predicted: its source is not FlashFlex, its value or GPUs cannot be read by the
+    repository's convention, or it carries a DeepSpeed pipeline plan (Sailor / AMP form) that FlashFlex's engine
+    does not run."""
     if not from_flashflex(raw):
         return RowError(raw.row_id, "metric", f"metric {raw.metric!r}: MFU rows are read by FlashFlex's convention "
                                               "only (source/notes name FlashFlex or HexiScale)")
@@ -95,16 +103,10 @@ def mfu_row_error(raw: RawRow) -> RowError:
         return exc
     fixed = (f"MFU {raw.fields.get('value', '').strip()}% = {rate} by the repository's formula (96 l h^2 (1 + s/6h "
              f"+ V/16lh) FLOPs per token, seq {FLASHFLEX_SEQ}, peaks of experimental/machine_amounts.json x 2^40)")
-    if not raw.fields.get("gbs", "").strip().isdigit():
-        return RowError(raw.row_id, "gbs", f"no global batch: FlashFlex publishes none for this run; {fixed}; "
-                                           "the batch and the plan its search chose are in no published file "
-                                           "(docs/validation.md)")
-    if not re.search(r"boundaries|\bS0\s*:", raw.fields.get("plan", "")):
-        return RowError(raw.row_id, "plan", f"no plan in the Sailor or AMP form (FlashFlex's README gives none); {fixed}")
-    return RowError(raw.row_id, "metric", "an MFU row with a batch and a plan is not converted to seconds: FlashFlex "
-                                          "runs FSDP data parallelism and GPipe, which the DeepSpeed pipeline model "
-                                          f"does not describe; {fixed}")
+    return RowError(raw.row_id, "metric", "an MFU row with a Sailor or AMP plan is not converted to seconds: "
+                                          "FlashFlex runs FSDP data parallelism and GPipe, which the DeepSpeed pipeline "
+                                          f"model does not describe; {fixed}")
 
 
 __all__ = ["FLASHFLEX_PEAK_TFLOPS", "FLASHFLEX_SEQ", "FLASHFLEX_TFLOPS_UNIT", "FLASHFLEX_VOCAB",
-           "flashflex_flops_per_token", "flashflex_tokens_per_s", "from_flashflex", "is_mfu_row", "mfu_row_error"]
+           "flashflex_flops_per_token", "flashflex_predictable", "flashflex_tokens_per_s", "from_flashflex", "is_mfu_row", "mfu_row_error"]
