@@ -79,7 +79,9 @@ def test_heterogeneous_all_to_all_agrees_on_analytical_ca(preset, tol):
     n = cluster.num_ranks
     ends = {name: _end_ns(name, cluster, _traces(n, 64 << 10, T.ALL_TO_ALL)) for name in ("analytical", "flow", "analytical-ca")}
     start = 5000  # the compute node before the collective
-    assert abs(ends["flow"] - ends["analytical"]) <= max(8, 1e-4 * ends["analytical"]), ends
+    # integer-ns rounding: at most a nanosecond per paced flow landing, a send and a receive per rank (the 10 GbE
+    # group's rate, 10 Gb/s less TCP framing, is not a round number of bytes per ns: 22 ns of 211 us)
+    assert abs(ends["flow"] - ends["analytical"]) <= max(8, 2 * n, 1e-4 * ends["analytical"]), ends
     assert abs(ends["analytical-ca"] - ends["analytical"]) <= tol * (ends["analytical"] - start), ends
 
 

@@ -57,9 +57,19 @@ def test_a_group_reaches_only_its_gpus_rails():
 
 @pytest.mark.parametrize("kind", list(CollKind))
 def test_time_monotone_in_size(kind, a100, h100x4):
+    """Each algorithm/protocol pair takes longer for a larger message.  NCCL chooses the pair by its estimate
+    with every channel counted and then launches fewer channels for small messages, so where its choice
+    switches pairs the time may drop (as nccl-tests shows at the LL -> LL128 switch: 77.7 us at 512 KiB,
+    71.9 us at 1 MiB on 2x8 H100, nccl-tests#309); never within one pair."""
+    from xsim_trace.network.nccl.model import candidates
+
     for s in (a100, h100x4):
-        times = [price_collective(s, kind, n).time_ns for n in SIZES]
-        assert all(b >= a for a, b in zip(times, times[1:])), kind
+        prices = [price_collective(s, kind, n) for n in SIZES]
+        for a, b in zip(prices, prices[1:]):
+            assert b.time_ns >= a.time_ns or (a.algo, a.proto) != (b.algo, b.proto), (kind, a, b)
+        for algo, proto in candidates(s, kind):
+            times = [price_collective(s, kind, n, algo=algo, proto=proto).time_ns for n in SIZES]
+            assert all(b >= a for a, b in zip(times, times[1:])), (kind, algo, proto)
 
 
 def test_limits(a100, h100x2):
@@ -127,7 +137,8 @@ def test_calibrated_cluster_overrides():
     s2 = group_shape(c2)
     assert s2.intra_bw_GBps == 150.0 and s2.latency_us == 10.0
     base = price_collective(group_shape(c), "all_reduce", 8)
-    assert price_collective(s2, "all_reduce", 8).time_ns == base.time_ns + 10_000
+    # + the 10 us; the 8 bytes' own transfer on one launched channel differs by a nanosecond at 150 GB/s
+    assert abs(price_collective(s2, "all_reduce", 8).time_ns - (base.time_ns + 10_000)) <= 2
 
 
 def test_memoised_and_deterministic(a100):

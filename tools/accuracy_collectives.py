@@ -24,7 +24,7 @@ one clock; the rank that arrived last at a kernel did not wait, so its kernel is
 Its all-to-alls are converted as per-peer send/recv: a chain of transfers with the schedule walk, one NCCL
 all-to-all (the model's) with the NCCL model.
 
-usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces] [--refit]
+usage: python tools/accuracy_collectives.py [--reference CSV] [--rows] [--no-traces] [--refit] [--runs ID,...]
 """
 
 from __future__ import annotations
@@ -155,9 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="also print every row")
     ap.add_argument("--no-traces", action="store_true", help="skip the shared-trace kernels")
     ap.add_argument("--refit", action="store_true", help="print the measured constants fitted on all their runs")
+    ap.add_argument("--runs", default="", help="comma-separated substrings: only the runs whose id contains one "
+                    "(while iterating; the other runs still serve as calibration sources)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         runs, skipped = load_runs(args.reference, Path(tmp))
+    wanted = [w for w in args.runs.split(",") if w]
     if args.refit:
         refit(runs)
         return 0
@@ -169,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     print(head + "".join(f" {name + ' med/worst %':>24}" for name, _, _ in BANDS) + f" {'>=1MiB med %':>13}  fitted on")
     summary: dict[str, list[float]] = defaultdict(list)
     for ref in runs:
+        if wanted and not any(w in ref.run_id for w in wanted):
+            continue
         cluster, note = loo_cluster(ref, runs)
         others = [o for o in runs if o.fabric == ref.fabric and o.run_id != ref.run_id]
         modes = [("preset", predict_rows(cluster.groups[0], [ref.run]), f"measured constants: {note}")]

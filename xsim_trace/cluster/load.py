@@ -33,7 +33,7 @@ _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", 
 _NCCL_KEYS = {"net", "host_cpu", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
               "net_latency_us", "algorithms", "protocols", "ll_latency_us", "ll128_latency_us", "ll_bw_scale",
               "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes", "tree_fill_us",
-              "tree_fill_bytes"}
+              "tree_fill_bytes", "mtu_bytes", "tcp_offload"}
 #: optional NCCL tuning numbers: (key, smallest allowed value: None = any, 0.0 = non-negative, "positive")
 _NCCL_OPTIONAL: tuple[tuple[str, float | str | None], ...] = (
     ("ll_latency_us", None), ("ll128_latency_us", None), ("simple_latency_us", None),
@@ -41,6 +41,8 @@ _NCCL_OPTIONAL: tuple[tuple[str, float | str | None], ...] = (
     ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0), ("tree_fill_us", 0.0),
     ("tree_fill_bytes", 0.0))
 _NET_KINDS = ("ib", "roce", "ethernet")
+#: the Ethernet MTU a cluster file may give: IPv4's minimum (576 B) to jumbo frames (9216 B, the common switch maximum)
+MIN_MTU_BYTES, MAX_MTU_BYTES = 576, 9216
 _HOST_CPUS = ("intel", "amd", "arm")
 #: NCCL's algorithm and protocol names as a cluster file may restrict them (NCCL_ALGO / NCCL_PROTO)
 _NCCL_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain", "pat")
@@ -259,6 +261,9 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
         return ctx.number(v, f"{f}.{key}", minimum=least)  # type: ignore[arg-type]
 
     nlat = d.get("net_latency_us")
+    mtu = d.get("mtu_bytes")
+    if mtu is not None:
+        mtu = ctx.integer(mtu, f + ".mtu_bytes", minimum=MIN_MTU_BYTES, maximum=MAX_MTU_BYTES)
     return NcclTuning(
         net=net,
         host_cpu=host_cpu,
@@ -271,6 +276,8 @@ def _nccl(ctx: _Ctx, raw: Any, f: str) -> NcclTuning:
         net_latency_us=None if nlat is None else ctx.number(nlat, f + ".net_latency_us"),
         algorithms=names("algorithms", _NCCL_ALGOS),
         protocols=names("protocols", _NCCL_PROTOS),
+        mtu_bytes=mtu,
+        tcp_offload=bool(flag("tcp_offload")),
         **{key: optional(key, least) for key, least in _NCCL_OPTIONAL},
     )
 
@@ -284,6 +291,10 @@ def nccl_tuning_to_dict(t: NcclTuning) -> dict[str, Any]:
             out[key] = getattr(t, key)
     if t.collnet:
         out["collnet"] = True
+    if t.mtu_bytes is not None:
+        out["mtu_bytes"] = t.mtu_bytes
+    if t.tcp_offload:
+        out["tcp_offload"] = True
     if t.latency_us:
         out["latency_us"] = t.latency_us
     for key in ("algorithms", "protocols"):

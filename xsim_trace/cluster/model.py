@@ -92,6 +92,10 @@ class NcclTuning:
     #: model derives from NCCL's chunking (fitted)
     tree_fill_us: float | None = None
     tree_fill_bytes: float | None = None
+    #: Ethernet (``net: ethernet``): the MTU in bytes (None: 1500), and whether NCCL runs a TCP offload data path
+    #: into GPU memory (GPUDirect-TCPX/TCPXO) instead of its socket transport (network/nccl/ethernet.py)
+    mtu_bytes: int | None = None
+    tcp_offload: bool = False
 
 
 @dataclass(frozen=True, slots=True)

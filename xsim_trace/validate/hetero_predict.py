@@ -36,6 +36,7 @@ from xsim_trace.cluster import load_cluster
 from xsim_trace.devices import get_device
 from xsim_trace.devices.compute import KernelClass, kernel_time_ns
 from xsim_trace.devices.spec import DeviceSpec, Precision
+from xsim_trace.network.nccl.ethernet import ethernet_payload_gbps, tcp_framing
 from xsim_trace.units import gbps_to_GBps
 from xsim_trace.validate.hetero_rows import HeteroRow, Placement, RowError, RowPlan, RowStage
 from xsim_trace.validate.layer_profile import find_layer_times
@@ -289,19 +290,19 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
     return tuple(out)
 
 
-#: TCP payload per on-wire byte of a full 1500 B Ethernet frame: 1448 B of payload (IPv4 20 B and TCP 32 B headers
-#: with timestamps) per 1538 B on the wire (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12); the MIT
+#: TCP payload per on-wire byte of a full 1500 B Ethernet frame (1448 / 1538; network/nccl/ethernet.py); the MIT
 #: testbed's measured NCCL send/recv rate over its 1 Gb/s links (0.939 Gb/s) is this fraction of the line rate
-TCP_FRAMING = 1448 / 1538
+TCP_FRAMING = tcp_framing(1500)
 
 
 def nic_achievable_gbps(line_gbps: float, net: str, cal: HeteroCalibration) -> float:
     """What NCCL moves through one NIC: over Ethernet (TCP sockets) the line rate less the TCP/IP framing, capped
     by the host's socket path (``tcp_ceiling_Gbps``, fitted on the 50 Gb/s T4 rows, where it is the limit); a
-    10 Gb/s NIC stays below the ceiling and runs at the framing limit.  Other fabrics: the line rate times
-    ``tcp_efficiency``."""
+    10 Gb/s NIC stays below the ceiling and runs at the framing limit.  The framing and the cap are the network
+    model's (:func:`~xsim_trace.network.nccl.ethernet.ethernet_payload_gbps`), with this calibration's ceiling.
+    Other fabrics: the line rate times ``tcp_efficiency``."""
     if net == "ethernet":
-        return min(line_gbps * TCP_FRAMING, cal.tcp_ceiling_Gbps)
+        return ethernet_payload_gbps(line_gbps, socket_ceiling_gbps=cal.tcp_ceiling_Gbps)
     return line_gbps * cal.tcp_efficiency
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from xsim_trace.cluster.model import Cluster, DeviceGroup, NcclTuning
 from xsim_trace.errors import ConfigError
 from xsim_trace.network.nccl.kinds import Algo, Proto
-from xsim_trace.network.nccl.model import (_price, algbw_GBps, fill_stages, latency_us, simple_fill_us,
+from xsim_trace.network.nccl.model import (_price, fill_stages, latency_us, runtime_algbw_GBps, simple_fill_us,
                                            tree_pipeline_fill_us)
 from xsim_trace.network.nccl.nccltests import NcclTestsRun
 from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
@@ -317,7 +317,7 @@ def _protocol_terms(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[Pr
             tree = p.algo is Algo.TREE and p.proto is Proto.SIMPLE
             own = s.proto_latency_us[i] + simple_fill_us(s, p.algo, p.proto, r.size_bytes)
             lat = latency_us(s, run.collective, p.algo, p.proto, r.size_bytes) - own
-            bw = algbw_GBps(s, run.collective, p.algo, p.proto, r.size_bytes) / s.proto_bw_scale[i]
+            bw = runtime_algbw_GBps(s, run.collective, p.algo, p.proto, r.size_bytes) / s.proto_bw_scale[i]
             share = 0.0 if p.algo in (Algo.P2P, Algo.TREE) else fill_stages(s)  # as model.simple_fill_us charges it
             out[p.proto].append((r.time_us, lat, r.size_bytes / (1000.0 * bw), r.size_bytes, share, float(tree),
                                    tree_pipeline_fill_us(s, r.size_bytes) if tree else 0.0))

@@ -11,13 +11,23 @@ from xsim_trace.network.nccl.kinds import LinkGen, NetKind
 
 
 @dataclass(frozen=True, slots=True)
+class EthernetLimits:
+    """Ethernet transports (:mod:`.ethernet`): the socket path's ceiling per NIC (measured) and the fraction of
+    the line rate a TCP offload path reaches (estimate)."""
+
+    socket_ceiling_gbps: float
+    offload_max_fraction: float
+
+
+@dataclass(frozen=True, slots=True)
 class LinkTable:
     nominal_link_GBps: dict[LinkGen, float]
     nccl_link_GBps: dict[LinkGen, float]
     ring_cap_GBps: dict[LinkGen, float]
     nvls_algbw_GBps: dict[LinkGen, float]
     pcie_efficiency: float
-    net_efficiency: dict[NetKind, float]
+    net_efficiency: dict[NetKind, float]  # IB / RoCE; Ethernet goes through ``ethernet``
+    ethernet: EthernetLimits
     net_step_latency_us: dict[NetKind, float]
     p2p_efficiency: float
     launch_us_per_extra_gpu: float
@@ -39,6 +49,8 @@ def link_table() -> LinkTable:
         nvls_algbw_GBps={LinkGen(k): float(v["algbw_GBps"]) for k, v in d["nvls"].items()},
         pcie_efficiency=float(d["pcie_efficiency"]),
         net_efficiency={NetKind(k): float(v) for k, v in d["net_efficiency"].items()},
+        ethernet=EthernetLimits(socket_ceiling_gbps=float(d["ethernet"]["socket_ceiling_gbps"]),
+                                offload_max_fraction=float(d["ethernet"]["offload_max_fraction"])),
         net_step_latency_us={NetKind(k): float(v) for k, v in d["net_step_latency_us"].items()},
         p2p_efficiency=float(d["p2p_efficiency"]),
         launch_us_per_extra_gpu=float(d["launch_us_per_extra_gpu"]),

@@ -106,13 +106,18 @@ def _full_channels(s: GroupShape, algo: Algo) -> int:
     return max(2, min(C.MAX_CHANNELS, round(bw / per_ch)))
 
 
-def _channels_used(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> int:
-    """NCCL drops channels while a message gives each thread too little work (enqueue.cc)."""
-    full = _full_channels(s, algo)
+def _bytes_per_channel(s: GroupShape, algo: Algo, proto: Proto) -> int:
+    """The message bytes that keep one channel's threads busy (thread threshold x threads; ring LL x ranks)."""
     per_channel = C.THREADS_PER_CHANNEL * C.THREAD_THRESHOLD_BYTES[proto]
     if algo is Algo.RING and proto is LL:
         per_channel *= s.n_ranks
-    return max(1, min(full, size_bytes // per_channel))
+    return per_channel
+
+
+def _channels_used(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> int:
+    """NCCL drops channels while a message gives each thread too little work (enqueue.cc)."""
+    full = _full_channels(s, algo)
+    return max(1, min(full, size_bytes // _bytes_per_channel(s, algo, proto)))
 
 
 def ll_max_bw_GBps(s: GroupShape) -> float:
@@ -309,8 +314,36 @@ def fill_stages(s: GroupShape) -> float:
     return min(1.0, max(1, stages) / _MEASURED_FILL_STAGES)
 
 
-def _time_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:
+def channel_fraction(s: GroupShape, algo: Algo, proto: Proto, size_bytes: int) -> float:
+    """The share of its channels a ring or tree collective really runs on.  NCCL picks the algorithm and
+    protocol with every channel counted (tuning.cc), then launches fewer while each thread would get too little
+    work (enqueue.cc: channels drop one by one while ``size < channels x threads x threshold``); its own time
+    model scales the bandwidth by that count (``bw / nChannels x nChannels used``) when it is known.  NVLS,
+    CollNet, PAT and point-to-point keep their channel counts."""
+    if algo not in (Algo.RING, Algo.TREE):
+        return 1.0
+    # the channel count NCCL launches (:func:`_channels_used`) without its rounding down, so that a pair's time
+    # never falls as the message grows (a whole channel more or less between two sizes is a step, not physics)
+    full = _full_channels(s, algo)
+    return min(full, max(1.0, size_bytes / _bytes_per_channel(s, algo, proto))) / full
+
+
+def runtime_algbw_GBps(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:
+    """Algorithm bandwidth on the channels NCCL launches for ``size_bytes`` (:func:`channel_fraction`)."""
+    return algbw_GBps(s, kind, algo, proto, size_bytes) * channel_fraction(s, algo, proto, size_bytes)
+
+
+def _estimate_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:
+    """NCCL's estimate, every channel counted: what it chooses the algorithm and protocol by."""
     bw = algbw_GBps(s, kind, algo, proto, size_bytes)
+    if bw <= 0:
+        return math.inf
+    return latency_us(s, kind, algo, proto, size_bytes) + size_bytes / (1000.0 * bw)
+
+
+def _time_us(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: int) -> float:
+    """The time of the chosen pair on the channels NCCL launches."""
+    bw = runtime_algbw_GBps(s, kind, algo, proto, size_bytes)
     if bw <= 0:
         return math.inf
     return latency_us(s, kind, algo, proto, size_bytes) + size_bytes / (1000.0 * bw)
@@ -325,7 +358,7 @@ def _price(s: GroupShape, kind: CollKind, size_bytes: int, algo: Algo | None, pr
         avail = ", ".join(f"{a.value}/{p.value}" for a, p in candidates(s, kind))
         forced = "/".join(x for x in (algo.value if algo else "*", proto.value if proto else "*"))
         raise ConfigError(f"NCCL cannot run {kind.value} as {forced} on this group (available: {avail})", field="algo")
-    best = min(pairs, key=lambda ap: (_time_us(s, kind, ap[0], ap[1], size_bytes), ap[0].value, ap[1].value))
+    best = min(pairs, key=lambda ap: (_estimate_us(s, kind, ap[0], ap[1], size_bytes), ap[0].value, ap[1].value))
     t_us = _time_us(s, kind, *best, size_bytes)
     busbw = size_bytes / (t_us * 1000.0) * bus_factor(kind, s.n_ranks)
     return CollectivePrice(

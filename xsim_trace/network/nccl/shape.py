@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from xsim_trace.cluster.model import Cluster, DeviceGroup, IntraKind
 from xsim_trace.errors import ConfigError
+from xsim_trace.units import gbps_to_GBps
+from xsim_trace.network.nccl.ethernet import ethernet_payload_gbps
 from xsim_trace.network.nccl.kinds import Algo, HostCpu, LinkGen, NetKind, Proto
 from xsim_trace.network.nccl.links import link_table
 
@@ -137,11 +139,17 @@ def intra_bw_GBps(g: DeviceGroup, link: LinkGen) -> float:
 
 
 def net_bw_GBps(g: DeviceGroup) -> float:
+    """The node's effective scale-out bandwidth: IB / RoCE at NCCL's fraction of the line rate; Ethernet at the
+    line rate less TCP/IP framing at the group's MTU, capped by its transport (:mod:`.ethernet`)."""
     if g.nccl.net_bw_GBps is not None:
         return g.nccl.net_bw_GBps
     if g.nic is None:
         return 0.0
-    return g.nic.count * g.nic.bw_GBps * link_table().net_efficiency[NetKind(g.nccl.net)]
+    net = NetKind(g.nccl.net)
+    if net is NetKind.ETHERNET:
+        per_nic = ethernet_payload_gbps(g.nic.nic_gbps, mtu_bytes=g.nccl.mtu_bytes, offload=g.nccl.tcp_offload)
+        return g.nic.count * gbps_to_GBps(per_nic)
+    return g.nic.count * g.nic.bw_GBps * link_table().net_efficiency[net]
 
 
 def _nics_reached(g: DeviceGroup, ranks_per_node: int) -> int:
