@@ -152,6 +152,7 @@ def mutate_et(draw, data: bytes) -> bytes:
     from dataclasses import replace
 
     from xsim_trace.graph import attrs as A
+    from xsim_trace.graph.model import Trace
     from xsim_trace.io import read_et, write_et
 
     trace = read_et(io.BytesIO(data))

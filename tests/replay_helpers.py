@@ -179,3 +179,14 @@ def recv(node_id, src, size, tag=0, deps=()):
 
 
 __all__ = ["A", "FifoStar", "MaxMinStar", "StarAlphaBeta", "all_reduce_workload", "coll", "comp", "recv", "send", "trace"]
+
+
+def chains(ranks: int, iterations: int, size: int, ctype=CollectiveType.ALL_REDUCE) -> dict[int, Trace]:
+    """Every rank: per iteration, a compute (10 us + 37 ns per iteration) then a collective over all ranks."""
+    nodes, last = [], ()
+    for k in range(iterations):
+        nodes.append(make_node(2 * k, f"c{k}", NodeType.COMP, data_deps=last, duration_ns=10_000 + 37 * k, is_cpu_op=False))
+        nodes.append(make_node(2 * k + 1, f"x{k}", NodeType.COMM_COLL, data_deps=(2 * k,), comm_type=int(ctype),
+                               comm_size=size))
+        last = (2 * k + 1,)
+    return {r: Trace(make_metadata(world_size=ranks), tuple(nodes), rank=r) for r in range(ranks)}

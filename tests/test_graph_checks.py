@@ -97,3 +97,19 @@ def test_real_feeder_trace_names_its_dangling_dependency():
     dangling = [p for p in probs if p.kind is ProblemKind.DANGLING_DEP]
     assert dangling[0].node == 216 and "node 3" in dangling[0].message
     assert "chakra.0.et" in str(dangling[0])
+
+
+def test_rank_set_with_a_wrong_kind_value_is_reported_not_crashed():
+    """A send whose comm_size is a string (a damaged file): the per-trace check reports it and the
+    cross-rank checks, which would read the size as an integer, do not run (found by the .et fuzz)."""
+    from dataclasses import replace
+
+    from xsim_trace.graph.kinds import AttrKind
+    from xsim_trace.graph.model import Attr
+
+    send = make_node(1, "send", NodeType.COMM_SEND, comm_size=4, comm_dst=1, comm_tag=0)
+    send = replace(send, attrs=tuple(a for a in send.attrs if a.name != "comm_size") + (Attr("comm_size", AttrKind.STRING, "x"),))
+    recv = make_node(1, "recv", NodeType.COMM_RECV, comm_size=4, comm_src=0, comm_tag=0)
+    problems = check_rank_set({0: Trace(make_metadata(), (send,), rank=0), 1: Trace(make_metadata(), (recv,), rank=1)})
+    assert [(p.kind, p.rank, p.node) for p in problems] == [(ProblemKind.OUT_OF_RANGE, 0, 1)]
+    assert "comm_size must be an integer" in problems[0].message

@@ -12,14 +12,14 @@ import pytest
 pytest.importorskip("numba")
 
 from xsim_trace.cluster import load_cluster, single_switch  # noqa: E402
-from xsim_trace.graph.kinds import CollectiveType, NodeType  # noqa: E402
-from xsim_trace.graph.model import Trace, make_metadata, make_node  # noqa: E402
+from xsim_trace.graph.kinds import CollectiveType  # noqa: E402
 from xsim_trace.io import read_rank_set  # noqa: E402
 from xsim_trace.network.registry import make_backend  # noqa: E402
 from xsim_trace.network.topology import build_topology  # noqa: E402
 from xsim_trace.replay import ReplaySettings, compile_workload  # noqa: E402
 from xsim_trace.replay.engine import Engine  # noqa: E402
 from xsim_trace.replay.sample import tp_dp_step  # noqa: E402
+from replay_helpers import chains  # noqa: E402
 
 SETTINGS = [
     ReplaySettings(),
@@ -31,16 +31,6 @@ SETTINGS = [
     ReplaySettings.from_cli(["direct"], chunks=2, endpoint_delay_ns=20),
     ReplaySettings.from_cli(["hierarchical"], chunks=2, endpoint_delay_ns=50),
 ]
-
-
-def chains(ranks: int, iterations: int, size: int, ctype=CollectiveType.ALL_REDUCE) -> dict[int, Trace]:
-    nodes, last = [], ()
-    for k in range(iterations):
-        nodes.append(make_node(2 * k, f"c{k}", NodeType.COMP, data_deps=last, duration_ns=10_000 + 37 * k, is_cpu_op=False))
-        nodes.append(make_node(2 * k + 1, f"x{k}", NodeType.COMM_COLL, data_deps=(2 * k,), comm_type=int(ctype),
-                               comm_size=size))
-        last = (2 * k + 1,)
-    return {r: Trace(make_metadata(world_size=ranks), tuple(nodes), rank=r) for r in range(ranks)}
 
 
 def check_both(w, make, settings, node_of=None) -> None:

@@ -17,6 +17,7 @@ from xsim_trace.network.topology import build_topology
 from xsim_trace.replay import ReplaySettings, compile_workload, replay_compiled
 from xsim_trace.replay.engine import Engine
 from xsim_trace.replay.uncontended import applies, replay_uncontended
+from replay_helpers import chains  # noqa: E402
 
 SETTINGS = [
     ReplaySettings(),
@@ -29,16 +30,6 @@ SETTINGS = [
     ReplaySettings.from_cli(["hierarchical"], chunks=2, endpoint_delay_ns=50),
 ]
 TIMES = ("ready_ns", "start_ns", "end_ns", "wait_ns", "peer_node")
-
-
-def chains(ranks: int, iterations: int, size: int, ctype=CollectiveType.ALL_REDUCE) -> dict[int, Trace]:
-    nodes, last = [], ()
-    for k in range(iterations):
-        nodes.append(make_node(2 * k, f"c{k}", NodeType.COMP, data_deps=last, duration_ns=10_000 + 37 * k, is_cpu_op=False))
-        nodes.append(make_node(2 * k + 1, f"x{k}", NodeType.COMM_COLL, data_deps=(2 * k,), comm_type=int(ctype),
-                               comm_size=size))
-        last = (2 * k + 1,)
-    return {r: Trace(make_metadata(world_size=ranks), tuple(nodes), rank=r) for r in range(ranks)}
 
 
 def pipeline(ranks: int, micro: int, size: int, compute_ns: int = 20_000) -> dict[int, Trace]:

@@ -158,10 +158,13 @@ def check_rank_set(
 ) -> list[Problem]:
     """Per-trace checks on every rank, then cross-rank ones: every send has a recv with the same
     (src, dst, tag) and vice versa, of the same size; collectives of one process group agree across its
-    members."""
+    members.  The cross-rank checks read the values the per-trace ones bound (sizes, peers, tags), so they
+    run only when no value is out of range or of the wrong kind (those are reported already)."""
     problems: list[Problem] = []
     for rank in sorted(traces):
         problems.extend(check_trace(traces[rank]))
+    if any(p.kind is ProblemKind.OUT_OF_RANGE for p in problems):
+        return problems
     problems.extend(check_p2p(traces))
     problems.extend(check_collectives(traces, comm_groups or {}))
     problems.extend(check_collective_roles(traces, comm_groups or {}))

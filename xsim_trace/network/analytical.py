@@ -22,7 +22,7 @@ prices each collective step that way).
 from __future__ import annotations
 
 import heapq
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 

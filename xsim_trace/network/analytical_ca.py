@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from xsim_trace.errors import BackendError
 from xsim_trace.network._common import check_rounding, to_ns

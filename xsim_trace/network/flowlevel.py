@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from xsim_trace.network.protocol import BackendCapabilities, Flow, TopologyLike
+from xsim_trace.network.protocol import BackendCapabilities, Flow
 from xsim_trace.network.speculate import SpeculativeBackend
 
 _TX_END = 1

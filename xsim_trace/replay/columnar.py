@@ -19,7 +19,6 @@ import numpy as np
 
 from xsim_trace.errors import GraphError
 from xsim_trace.graph.bounds import check_bounds, columns_out_of_bounds
-from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 from xsim_trace.graph.model import NS_PER_US, GlobalMetadata
 from xsim_trace.io.et_columns import NameTable, NodeColumns, read_columns_many

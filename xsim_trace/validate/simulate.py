@@ -12,10 +12,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import NodeType
 from xsim_trace.graph.model import Trace
-from xsim_trace.validate.commops import COMM_TYPES as _COMM, comm_operations
+from xsim_trace.validate.commops import comm_operations
 from xsim_trace.validate.compare import SimulatedCollective, SimulatedRank, compute_only_critical_path_ns
 from xsim_trace.validate.scenario import with_start_offset
 
