@@ -50,6 +50,13 @@ def test_framework_flag_and_cuda_graphs_change_host_time(capsys):
     assert graphs["step_time_s"] < eager["step_time_s"]
 
 
+def test_no_rope_fusion_flag_reaches_the_estimate(capsys):
+    fused = _json(capsys, [*SMALL, "--dp", "2"])
+    eager = _json(capsys, [*SMALL, "--dp", "2", "--no-rope-fusion"])
+    assert fused["rope_fusion"] is True and eager["rope_fusion"] is False
+    assert eager["step_time_s"] > fused["step_time_s"]
+
+
 def test_cluster_sets_device_and_replay_confirms(capsys):
     out = _json(capsys, [*SMALL, "--tp", "2", "--dp", "2", "--gbs", "4", "--cluster", "dgx-a100:1", "--replay"])
     assert out["device"].startswith("A100")

@@ -169,3 +169,36 @@ def test_local_transformer_impl_scales_every_call_of_a_local_run_only():
         Framework(transformer_impl="apex")
     with pytest.raises(ConfigError, match="local_impl_factor"):
         HostModel(local_impl_factor=-1)
+
+
+def test_unfused_rope_is_megatrons_eager_ops_on_host_and_device():
+    """--no-rope-fusion: the fused RoPE call (one kernel, one module call per layer) becomes the eager ops
+    of Megatron's _apply_rotary_pos_emb_bshd for q and k: 24 forward and 14 backward kernels, each a
+    quarter of a module call on the host (the unfused attention core's price per eager kernel)."""
+    import pytest
+
+    from xsim_trace.errors import ConfigError
+
+    model = small_llama()
+    fused, eager = Framework(), Framework(rope_fusion=False)
+    _, ftimer = _timer(model, fused)
+    _, etimer = _timer(model, eager)
+    fwd = {op.name: op for op in O.layer_forward(model, eager) if isinstance(op, O.ComputeOp)}
+    assert "rope_bias" not in fwd and fwd["rope_unfused"].kernels == 2 * O.ROPE_FWD_KERNELS == 24
+    d = O.dims(model, eager)
+    assert fwd["rope_unfused"].bytes_accessed == O.ROPE_FWD_PASSES * d.tokens * (model.hidden + model.kv_hidden) * d.elt
+    bwd = O.backward_of([fwd["rope_unfused"]])
+    assert bwd[0].kernels == 2 * O.ROPE_BWD_KERNELS == 14
+    assert etimer.host_ns(fwd["rope_unfused"]) == 24 * O.EAGER_OP_CALLS * H
+    assert etimer.host_ns(bwd[0]) == 14 * O.EAGER_OP_CALLS * H
+    # the layer: one fused call each way replaced by (24 + 14) / 4 calls; the device pays the launches
+    f_layer = O.layer_forward(model, fused) + O.layer_backward(model, fused)
+    e_layer = O.layer_forward(model, eager) + O.layer_backward(model, eager)
+    assert _host(etimer, e_layer) - _host(ftimer, f_layer) == pytest.approx((38 * O.EAGER_OP_CALLS - 2) * H, abs=40)
+    rope_dev = etimer.device_ns(fwd["rope_unfused"], 0)
+    assert rope_dev > ftimer.device_ns(next(op for op in O.layer_forward(model, fused) if op.name == "rope_bias"), 0)
+    # every other op is untouched
+    others = [op.name for op in O.layer_forward(model, eager) if op.name != "rope_unfused"]
+    assert others == [op.name for op in O.layer_forward(model, fused) if op.name != "rope_bias"]
+    with pytest.raises(ConfigError, match="rope_fusion"):
+        Framework(rope_fusion="no")

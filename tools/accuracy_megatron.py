@@ -136,6 +136,7 @@ class CaseConfig:
     dist_optimizer: bool | None = None
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
+    rope_fusion: bool | None = None  # False: --no-rope-fusion
 
 
 def _opt_int(v: str) -> int | None:
@@ -157,7 +158,7 @@ def load_cases(path: Path = CASES_CSV) -> dict[str, CaseConfig]:
             moe_grouped_gemm=r["moe_grouped_gemm"] == "true", vocab=_opt_int(r["vocab"]), kv_heads=_opt_int(r["kv_heads"]),
             untie_embeddings=_opt_bool(r["untie_embeddings"]), swiglu=_opt_bool(r["swiglu"]),
             dist_optimizer=_opt_bool(r["dist_optimizer"]), overlap_grad_reduce=_opt_bool(r["overlap_grad_reduce"]),
-            overlap_param_gather=_opt_bool(r["overlap_param_gather"]))
+            overlap_param_gather=_opt_bool(r["overlap_param_gather"]), rope_fusion=_opt_bool(r["rope_fusion"]))
     return out
 
 
@@ -254,6 +255,7 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
                 # cases whose model_config.yaml was not read (all out of scope) keep the CI default
                 deterministic=case.deterministic if case is not None else True,
                 transformer_impl="local" if local_impl else "transformer_engine",
+                rope_fusion=flag("rope_fusion", True),
             )
             rows.append(Row("ci", f"{name} [{r['golden']}]", system, r["golden"], model, fw, float(r["steady_median_s"])))
     return rows

@@ -136,6 +136,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def _print_text(out: dict) -> None:
     p = out["parallelism"]
     mode = (", deterministic" if out["deterministic"] else "") + (", local modules" if out.get("transformer_impl") == "local" else "")
+    mode += ", unfused RoPE" if out.get("rope_fusion") is False else ""
     print(f"{out['model']} on {out['world_size']} x {out['device']} ({out['framework']}{mode}): tp {p['tp']} pp {p['pp']} "
           f"dp {p['dp']} cp {p['cp']} ep {p['ep']} vpp {p['vpp']}, mbs {p['micro_batch']} gbs {p['global_batch']} "
           f"({p['microbatches']} micro-batches), {p['precision']}")

@@ -71,6 +71,9 @@ def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
                    help="MoE routing imbalance: busiest EP rank's tokens / balanced share (default 1)")
     g.add_argument("--transformer-impl", choices=("transformer_engine", "local"), default="transformer_engine",
                    help="Megatron --transformer-impl: local modules cost the family's local_impl_factor x a TE call")
+    g.add_argument("--no-rope-fusion", dest="rope_fusion", action="store_false",
+                   help="Megatron --no-rope-fusion: RoPE as eager torch ops (kernels and host calls) instead of "
+                        "one fused kernel per rotated tensor")
     s = p.add_argument_group("system")
     s.add_argument("--device", default="H100")
     add_device_file(s)
@@ -150,7 +153,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         recompute=args.recompute, schedule=args.schedule, micro_batch=args.mbs, global_batch=gbs,
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather, lora_rank=args.lora_rank, moe_imbalance=args.moe_imbalance,
-        deterministic=args.deterministic, transformer_impl=args.transformer_impl,
+        deterministic=args.deterministic, transformer_impl=args.transformer_impl, rope_fusion=args.rope_fusion,
     )
     return make_setup(model, fw, device if device is not None else args.device,
                       gpus_per_node=gpus_per_node or args.gpus_per_node,

@@ -78,6 +78,10 @@ class Framework:
     #: Megatron ``--transformer-impl``: ``transformer_engine`` (default) or ``local`` (Megatron's own
     #: modules); a local run's host calls cost the framework family's ``host.local_impl_factor``
     transformer_impl: str = "transformer_engine"
+    #: Megatron's RoPE fusion (on by default; ``--no-rope-fusion`` turns it off): fused, one Transformer
+    #: Engine kernel per rotated tensor; unfused, the eager torch ops of Megatron's
+    #: ``_apply_rotary_pos_emb_bshd`` (:func:`xsim_trace.workload.ops.rope_ops`)
+    rope_fusion: bool = True
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "global_batch"):
@@ -90,6 +94,8 @@ class Framework:
                 raise ConfigError(f"expected a non-negative integer, found {v!r}", field=f"framework.{f}")
         if isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float)) or not self.moe_imbalance >= 1.0:
             raise ConfigError(f"expected a number >= 1, found {self.moe_imbalance!r}", field="framework.moe_imbalance")
+        if not isinstance(self.rope_fusion, bool):
+            raise ConfigError(f"expected true or false, found {self.rope_fusion!r}", field="framework.rope_fusion")
         if self.transformer_impl not in TRANSFORMER_IMPLS:
             raise ConfigError(f"expected one of {', '.join(TRANSFORMER_IMPLS)}, found {self.transformer_impl!r}",
                               field="framework.transformer_impl")

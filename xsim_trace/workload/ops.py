@@ -56,6 +56,8 @@ class ComputeOp:
     linear: bool = False
     #: a frozen weight (LoRA base): its backward computes the data gradient only
     frozen: bool = False
+    #: kernel launches of its backward when they differ from the forward's (0: as many as forward)
+    bwd_kernels: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +264,32 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
     return ops
 
 
+#: Megatron's unfused RoPE (``_apply_rotary_pos_emb_bshd``, called once for q and once for k), per rotated
+#: tensor of N elements.  Forward: the frequency tables (cos, sin, two ``* mscale``, two ``.to(dtype)``:
+#: 6 kernels on the small [s, 1, 1, d] table) and 6 kernels over the tensor: ``t * cos`` (2N), the
+#: rotate-half's neg of one half (N) and its cat/stack (2N), ``* sin`` (2N), the add (3N) and the final
+#: cat with the (empty) pass-through part (2N): 12 kernels, 12 N elements moved.  Backward (autograd): the
+#: two multiplies (4N), the neg (N), the rotate-half split's cat (2N), the accumulation of t's two
+#: gradient paths (3N), and the slice's zero-filled full-size gradient plus its copy (3N): 7 kernels.
+ROPE_FWD_KERNELS = 12
+ROPE_BWD_KERNELS = 7
+ROPE_FWD_PASSES = 12  # elements moved / N
+#: host cost of one eager torch op, in framework module calls: the model's own price for eager kernels
+#: inside a module's forward, the unfused attention core (one module call for its four kernels: scores,
+#: softmax, dropout, context; ``_CORE_SHARE``)
+EAGER_OP_CALLS = 0.25
+
+
+def rope_ops(fw: Framework, rotated_elems: int, fused_bytes: int, elt: int) -> list[Op]:
+    """Rotary embedding of q and k (``rotated_elems`` elements together): Transformer Engine's fused
+    kernel (one module call, ``fused_bytes``) or, with ``fw.rope_fusion`` off, Megatron's eager ops."""
+    if fw.rope_fusion:
+        return [_mem("rope_bias", KernelClass.ELEMENTWISE, fused_bytes)]
+    kernels = 2 * ROPE_FWD_KERNELS
+    return [ComputeOp("rope_unfused", KernelClass.ELEMENTWISE, 0, ROPE_FWD_PASSES * rotated_elems * elt, kernels,
+                      EAGER_OP_CALLS, bwd_kernels=2 * ROPE_BWD_KERNELS)]
+
+
 def qkv_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     """Projections into the attention core.  Multi-latent attention (Megatron's MLA layer): the
     down projections of the query and of the joint KV latent (+ the shared RoPE key) are replicated
@@ -269,8 +297,9 @@ def qkv_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     h, e = model.hidden, d.elt
     if not model.is_mla:
         qkv_out = (h + 2 * model.kv_hidden) // fw.tp
+        rotated = d.tokens * (h + model.kv_hidden) // fw.tp
         return [_gemm("qkv_proj", d.tokens, qkv_out, h, e, linear=True),
-                _mem("rope_bias", KernelClass.ELEMENTWISE, 2 * d.tokens * qkv_out * e)]
+                *rope_ops(fw, rotated, 2 * d.tokens * qkv_out * e, e)]
     heads_tp = model.heads // fw.tp
     q_out = heads_tp * model.qk_head_dim
     ops: list[Op] = []
@@ -284,7 +313,7 @@ def qkv_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     ops += [_gemm("mla_kv_down", d.tokens, model.kv_lora_rank + model.qk_rope_dim, h, e, linear=True),
             _mem("mla_kv_norm", KernelClass.NORM, 2 * d.tokens * model.kv_lora_rank * e),
             _gemm("mla_kv_up", d.tokens, kv_up_out, model.kv_lora_rank, e, linear=True),
-            _mem("rope_bias", KernelClass.ELEMENTWISE, 2 * d.tokens * (q_out + kv_up_out) * e)]
+            *rope_ops(fw, d.tokens * (heads_tp + 1) * model.qk_rope_dim, 2 * d.tokens * (q_out + kv_up_out) * e, e)]
     return ops
 
 
@@ -382,8 +411,8 @@ def backward_of(ops: list[Op]) -> list[Op]:
             out.append(ComputeOp(op.name + "_bwd", op.kernel_class, 2 * op.flops, 2 * op.bytes_accessed, op.kernels,
                                  op.host_weight, op.host_group, op.shape, "bwd"))
         else:
-            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed, op.kernels,
-                                 op.host_weight, op.host_group, op.shape, "bwd"))
+            out.append(ComputeOp(op.name + "_bwd", op.kernel_class, op.flops, 2 * op.bytes_accessed,
+                                 op.bwd_kernels or op.kernels, op.host_weight, op.host_group, op.shape, "bwd"))
     return out
 
 

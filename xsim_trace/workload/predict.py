@@ -106,6 +106,7 @@ def prediction_dict(setup: Setup, pred: Prediction) -> dict:
         "framework": setup.family.name if setup.family is not None else None,
         "deterministic": fw.deterministic,
         "transformer_impl": fw.transformer_impl,
+        "rope_fusion": fw.rope_fusion,
         "world_size": fw.world_size,
         "parallelism": {"tp": fw.tp, "pp": fw.pp, "dp": fw.dp, "cp": fw.cp, "ep": fw.ep, "etp": fw.etp, "vpp": fw.vpp,
                         "micro_batch": fw.micro_batch, "global_batch": fw.global_batch,
