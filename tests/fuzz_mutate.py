@@ -148,7 +148,8 @@ def mutate_text(draw, data: bytes) -> bytes:
 
 @st.composite
 def mutate_et(draw, data: bytes) -> bytes:
-    """An .et node field or attribute set to a hostile value of a random wire kind."""
+    """An .et node field or attribute set to a hostile value of a random wire kind, a dependency list
+    damaged (dangling, self, cyclic) or a node dropped."""
     from dataclasses import replace
 
     from xsim_trace.graph import attrs as A
@@ -160,16 +161,19 @@ def mutate_et(draw, data: bytes) -> bytes:
     for _ in range(draw(st.integers(1, 3))):
         i = draw(st.integers(0, len(nodes) - 1))
         node = nodes[i]
-        what = draw(st.sampled_from(["id", "duration_micros", "type", "deps", "attr", "attr", "attr"]))
+        what = draw(st.sampled_from(["id", "duration_micros", "type", "deps", "ctrl_deps", "drop", "attr", "attr", "attr"]))
         if what == "id":
             nodes[i] = replace(node, id=draw(st.sampled_from([0, 1, 2**63 - 1, 2**63, 2**64 - 1, node.id + 1])))
         elif what == "duration_micros":
             nodes[i] = replace(node, duration_micros=draw(st.sampled_from([0, 1, 2**53, 2**63 // 1000 + 1, 2**64 - 1])))
         elif what == "type":
             nodes[i] = replace(node, type=draw(st.integers(0, 12)))
-        elif what == "deps":
+        elif what in ("deps", "ctrl_deps"):  # dangling, self and cyclic dependencies among them
             ids = [n.id for n in nodes] + [2**63 - 1, 99999, 2**64 - 1]
-            nodes[i] = replace(node, data_deps=tuple(draw(st.lists(st.sampled_from(ids), max_size=4))))
+            deps = tuple(draw(st.lists(st.sampled_from(ids), max_size=4)))
+            nodes[i] = replace(node, data_deps=deps) if what == "deps" else replace(node, ctrl_deps=deps)
+        elif what == "drop" and len(nodes) > 1:  # its dependants now name a node not in the file
+            del nodes[i]
         else:
             name = draw(st.sampled_from([A.COMM_TYPE, A.COMM_SIZE, A.COMM_SRC, A.COMM_DST, A.COMM_TAG, A.STREAM,
                                          A.THREAD, A.DURATION_NS, A.COMM_ROOT, A.RING_ORDER, A.PG_NAME, A.IS_CPU_OP,

@@ -48,3 +48,29 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert main(["trace", "stats", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.et" in err[0] and "offset 0" in err[0] and "truncated" in err[0]
+
+
+def _with_attr(node, name, kind, value):
+    from dataclasses import replace
+
+    from xsim_trace.graph.model import Attr
+
+    return replace(node, attrs=tuple(a for a in node.attrs if a.name != name) + (Attr(name, kind, value),))
+
+
+def test_stats_on_a_value_of_the_wrong_kind_is_one_line_exit_2(tmp_path, capsys):
+    """Found by the .et fuzz: `trace stats` summed a string duration_ns / a list comm_size with int()
+    and crashed (exit 3); now one line naming file, node and field, exit 2."""
+    from xsim_trace.graph import NodeType, Trace, make_metadata, make_node
+    from xsim_trace.graph.kinds import AttrKind
+    from xsim_trace.io import write_et
+
+    cpu = _with_attr(make_node(5, "cpu", NodeType.COMP, is_cpu_op=True), "duration_ns", AttrKind.STRING, "")
+    send = _with_attr(make_node(3, "send", NodeType.COMM_SEND, comm_dst=1), "comm_size", AttrKind.INT64_LIST, (1, 2))
+    for node, field in ((cpu, "duration_ns"), (send, "comm_size")):
+        f = tmp_path / f"{field}.0.et"
+        write_et(f, Trace(make_metadata(), (node,), rank=0))
+        assert main(["trace", "stats", str(f)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"xsim: error: file {f}, node {node.id}, field {field}: {field} must be an integer")
+        assert "\n" not in err

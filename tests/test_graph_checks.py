@@ -113,3 +113,27 @@ def test_rank_set_with_a_wrong_kind_value_is_reported_not_crashed():
     problems = check_rank_set({0: Trace(make_metadata(), (send,), rank=0), 1: Trace(make_metadata(), (recv,), rank=1)})
     assert [(p.kind, p.rank, p.node) for p in problems] == [(ProblemKind.OUT_OF_RANGE, 0, 1)]
     assert "comm_size must be an integer" in problems[0].message
+
+
+def test_scalar_ring_order_is_reported_not_crashed(tmp_path):
+    """Found by the .et fuzz: a ring_order stored as one integer (not a list) crashed both
+    `trace check` (cross-rank role checks) and the replay compile (len() of an int); it is now an
+    out-of-range value naming node and field."""
+    from dataclasses import replace
+
+    from xsim_trace.graph.kinds import AttrKind, CollectiveType
+    from xsim_trace.graph.model import Attr
+    from xsim_trace.io import write_et
+    from xsim_trace.replay.columnar import compile_rank_files
+
+    ar = make_node(1, "ar", NodeType.COMM_COLL, comm_type=int(CollectiveType.ALL_REDUCE), comm_size=64, pg_name="0")
+    ar = replace(ar, attrs=ar.attrs + (Attr("ring_order", AttrKind.INT64, 1),))
+    traces = {r: Trace(make_metadata(), (ar,), rank=r, source=f"run.{r}.et") for r in (0, 1)}
+    problems = check_rank_set(traces)
+    assert [(p.kind, p.rank, p.node) for p in problems] == [(ProblemKind.OUT_OF_RANGE, 0, 1), (ProblemKind.OUT_OF_RANGE, 1, 1)]
+    assert "ring_order must be a list of integers, found 1" in problems[0].message
+    for r, trace in traces.items():
+        write_et(tmp_path / f"run.{r}.et", trace)
+    for columnar in (True, False):
+        with pytest.raises(GraphError, match="rank 0, node 1, field ring_order: ring_order must be a list"):
+            compile_rank_files(str(tmp_path / "run"), columnar=columnar)

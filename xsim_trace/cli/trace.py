@@ -84,7 +84,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         target = _expand(path)
         files = [(str(target), target)] if isinstance(target, Path) else [(str(f), f) for f in target[1].values()]
         for label, f in files:
-            stats = TraceStats()
+            stats = TraceStats(source=str(f))
             with _bar(f, args.quiet, f"reading {f.name}") as bar:
                 for node in iter_nodes(f, progress=bar.update):
                     stats.add(node)

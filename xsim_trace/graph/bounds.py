@@ -122,8 +122,10 @@ def node_problems(node: Node) -> Iterator[tuple[str, str]]:
             continue
         rule = INT_LIST_FIELDS.get(attr.name)
         if rule is not None:
-            values = attr.value if isinstance(attr.value, (tuple, list)) else (attr.value,)
-            for v in values:
+            if not isinstance(attr.value, (tuple, list)):
+                yield attr.name, f"{attr.name} must be a list of integers, found {_show(attr.value)}"
+                continue
+            for v in attr.value:
                 why = int_problem(attr.name, v, rule)
                 if why:
                     yield attr.name, why

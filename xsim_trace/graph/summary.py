@@ -7,14 +7,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from xsim_trace.errors import GraphError
+from xsim_trace.graph.bounds import node_problems
 from xsim_trace.graph.kinds import AttrKind, CollectiveType, NodeType
 from xsim_trace.graph.model import Attr, Node
 
 
 @dataclass
 class TraceStats:
-    """Accumulates over a stream of nodes (so 1M-node files need no list in memory)."""
+    """Accumulates over a stream of nodes (so 1M-node files need no list in memory).  ``source``: the
+    file the nodes come from, named by the error a node with a value of the wrong kind raises."""
 
+    source: str | None = None
     nodes: int = 0
     by_type: Counter = field(default_factory=Counter)
     coll_count: Counter = field(default_factory=Counter)
@@ -24,6 +28,14 @@ class TraceStats:
     cpu_ns: int = 0
 
     def add(self, node: Node) -> None:
+        try:
+            self._add(node)
+        except (TypeError, ValueError, OverflowError) as exc:
+            for fld, why in node_problems(node):
+                raise GraphError(why, file=self.source, node=node.id, field=fld) from exc
+            raise
+
+    def _add(self, node: Node) -> None:
         self.nodes += 1
         t = node.type
         self.by_type[t.name if isinstance(t, NodeType) else f"UNKNOWN({int(t)})"] += 1
