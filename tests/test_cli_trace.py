@@ -74,3 +74,29 @@ def test_stats_on_a_value_of_the_wrong_kind_is_one_line_exit_2(tmp_path, capsys)
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"xsim: error: file {f}, node {node.id}, field {field}: {field} must be an integer")
         assert "\n" not in err
+
+
+def test_check_replay_reports_a_deadlock_the_static_checks_cannot_see(tmp_path, capsys):
+    """A rank receives from itself ahead of the send that waits on an all-reduce: one FIFO comm stream,
+    eager sends; the static checks pass, replay deadlocks, `trace check --replay` says so, exit 1."""
+    import io
+
+    from xsim_trace.cli.main import main
+    from xsim_trace.graph.kinds import CollectiveType, NodeType
+    from xsim_trace.graph.model import Trace, make_metadata, make_node
+    from xsim_trace.io import write_et
+
+    nodes = (
+        make_node(1, "ar", NodeType.COMM_COLL, comm_type=int(CollectiveType.ALL_REDUCE), comm_size=1 << 20),
+        make_node(2, "recv", NodeType.COMM_RECV, comm_size=4096, comm_src=0, comm_dst=0, comm_tag=5),
+        make_node(3, "send", NodeType.COMM_SEND, data_deps=[1], comm_size=4096, comm_src=0, comm_dst=0, comm_tag=5),
+    )
+    buf = io.BytesIO()
+    write_et(buf, Trace(make_metadata(world_size=1), nodes, rank=0))
+    (tmp_path / "run.0.et").write_bytes(buf.getvalue())
+    prefix = str(tmp_path / "run")
+    assert main(["-q", "trace", "check", prefix]) == 0
+    capsys.readouterr()
+    assert main(["-q", "trace", "check", "--replay", prefix]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [f"file {prefix}, rank 0, node 2: replay: replay deadlocked: recv never matched (peer 0, tag 5)"]

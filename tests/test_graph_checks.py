@@ -137,3 +137,21 @@ def test_scalar_ring_order_is_reported_not_crashed(tmp_path):
     for columnar in (True, False):
         with pytest.raises(GraphError, match="rank 0, node 1, field ring_order: ring_order must be a list"):
             compile_rank_files(str(tmp_path / "run"), columnar=columnar)
+
+
+def test_world_named_two_ways_is_one_group_for_check_and_replay(tmp_path):
+    """Rank 0 names the world "" and rank 1 names it "0" (ASTRA-sim's world): replay matches the two
+    all-reduces as one collective, as `trace check` does (found by the .et fuzz: replay refused the set)."""
+    from xsim_trace.graph.kinds import CollectiveType
+    from xsim_trace.io import write_et
+    from xsim_trace.replay.columnar import compile_rank_files
+
+    for rank, pg in ((0, ""), (1, "0")):
+        node = make_node(1, "ar", NodeType.COMM_COLL, comm_type=int(CollectiveType.ALL_REDUCE), comm_size=1 << 20,
+                         pg_name=pg)
+        write_et(tmp_path / f"run.{rank}.et", Trace(make_metadata(), (node,), rank=rank))
+    traces = {r: read_et(tmp_path / f"run.{r}.et", rank=r) for r in (0, 1)}
+    assert check_rank_set(traces) == []
+    for columnar in (True, False):
+        workload, _ = compile_rank_files(str(tmp_path / "run"), columnar=columnar)
+        assert workload.num_ranks == 2

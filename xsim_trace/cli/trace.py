@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from xsim_trace.cli.progress import progress_bar
-from xsim_trace.errors import FormatError
-from xsim_trace.graph.checks import check_rank_set, check_trace
+from xsim_trace.errors import FormatError, XsimError
+from xsim_trace.graph.checks import Problem, ProblemKind, check_rank_set, check_trace
 from xsim_trace.graph.summary import TraceStats, node_to_json
 from xsim_trace.io import find_rank_files, iter_nodes, read_comm_groups, read_et, read_metadata
 from xsim_trace.io.rankset import COMM_GROUPS_SUFFIX
@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = tsub.add_parser("check", help="structural checks; exit 1 with one line per problem")
     c.add_argument("paths", nargs="+", help=".et files, rank-set prefixes or directories")
     c.add_argument("--single", action="store_true", help="check each file alone (no cross-rank checks)")
+    c.add_argument("--replay", action="store_true",
+                   help="also replay each rank set that passes the static checks on an ideal switch under the default "
+                        "replay settings, and report what replay refuses (a send and a receive that wait on each "
+                        "other through a stream's order deadlock only when run; costs a replay per set)")
     c.set_defaults(func=cmd_check)
 
 
@@ -111,6 +115,25 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def dry_replay_problems(prefix: str, traces: dict, groups: dict) -> list[Problem]:
+    """What replay says of a rank set that passed the static checks: [] when it replays on an ideal switch
+    (the default settings, ``analytical``), else one REPLAY problem with replay's message."""
+    from xsim_trace.cluster import single_switch
+    from xsim_trace.network.registry import make_backend
+    from xsim_trace.network.topology import build_topology
+    from xsim_trace.replay import compile_workload, replay_compiled
+
+    try:
+        workload = compile_workload(traces, groups)
+        cluster = single_switch(max(2, workload.num_ranks), 50.0, 500.0)
+        replay_compiled(workload, make_backend("analytical", build_topology(cluster)), cluster=cluster)
+    except XsimError as exc:
+        rank, node = exc.context.get("rank"), exc.context.get("node")
+        return [Problem(ProblemKind.REPLAY, exc.message, file=str(exc.context.get("file", prefix)),
+                        rank=int(rank) if rank is not None else None, node=int(node) if node is not None else None)]
+    return []
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     problems = []
     checked = 0
@@ -132,7 +155,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         else:
             groups_path = prefix + COMM_GROUPS_SUFFIX
             groups = read_comm_groups(groups_path) if os.path.exists(groups_path) else {}
-            problems.extend(check_rank_set(traces, groups))
+            found = check_rank_set(traces, groups)
+            problems.extend(found)
+            if args.replay and not found:
+                problems.extend(dry_replay_problems(prefix, traces, groups))
     for p in problems:
         print(p)
     if problems:

@@ -15,7 +15,7 @@ from xsim_trace.errors import GraphError
 from xsim_trace.graph.bounds import trace_problems
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
-from xsim_trace.graph.model import Node, Trace
+from xsim_trace.graph.model import Node, Trace, world_pg_name
 
 _KNOWN_TYPES = frozenset(t.value for t in NodeType if t is not NodeType.INVALID)
 #: at most this many problems of one kind per file are listed individually
@@ -36,6 +36,7 @@ class ProblemKind(enum.Enum):
     GROUP_MEMBERSHIP = "group-membership"
     OUT_OF_RANGE = "out-of-range"
     GROUP_ID = "group-id"
+    REPLAY = "replay"  # a dry replay refused the set (``xsim trace check --replay``): e.g. a deadlock
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,13 +177,15 @@ def check_rank_set(
 _ROOTED = frozenset({CollectiveType.BROADCAST, CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER})
 
 
-def _collectives_by_group(traces: Mapping[int, Trace], world: tuple[int, ...]) -> dict[str, dict[int, list[Node]]]:
-    """Each process group's collectives, per rank, in issue order ("" and "0" both name the world)."""
+def _collectives_by_group(traces: Mapping[int, Trace], world: tuple[int, ...],
+                          comm_groups: Mapping[str, Iterable[int]]) -> dict[str, dict[int, list[Node]]]:
+    """Each process group's collectives, per rank, in issue order, keyed as replay matches them
+    (:func:`~xsim_trace.graph.model.world_pg_name`: "" joins "0", the world, where the groups allow)."""
     per_group: dict[str, dict[int, list[Node]]] = defaultdict(lambda: defaultdict(list))
     for rank in world:
         for node in traces[rank].nodes:
             if node.type == NodeType.COMM_COLL:
-                per_group[node.pg_name or "0"][rank].append(node)
+                per_group[world_pg_name(node.pg_name, comm_groups)][rank].append(node)
     return per_group
 
 
@@ -206,7 +209,7 @@ def check_collective_roles(traces: Mapping[int, Trace], comm_groups: Mapping[str
         if bad and len(traces) == max(world) + 1:
             out.append(Problem(ProblemKind.GROUP_MEMBERSHIP, f"process group {pg!r} names rank {bad[0]}, outside "
                                f"0..{max(world)}"))
-    per_group = _collectives_by_group(traces, world)
+    per_group = _collectives_by_group(traces, world, comm_groups)
     for pg in sorted(per_group):
         by_rank = per_group[pg]
         members = _group_members(pg, comm_groups, world, by_rank)
@@ -297,7 +300,7 @@ def check_collectives(traces: Mapping[int, Trace], comm_groups: Mapping[str, Ite
     """Members of each process group must issue the same sequence of (type, size) collectives."""
     out: list[Problem] = []
     world = tuple(sorted(traces))
-    per_group = _collectives_by_group(traces, world)
+    per_group = _collectives_by_group(traces, world, comm_groups)
     for pg in sorted(per_group):
         by_rank = per_group[pg]
         members = _group_members(pg, comm_groups, world, by_rank)  # unknown group: the ranks that use it

@@ -241,3 +241,12 @@ def comm_groups_to_json(groups: Mapping[str, Iterable[int]]) -> str:
         return (0, int(k)) if k.isdigit() else (1, k)
 
     return json.dumps({k: sorted(int(r) for r in groups[k]) for k in sorted(groups, key=key)})
+
+
+def world_pg_name(pg_name: str, comm_groups: Mapping[str, Any]) -> str:
+    """The process-group key a collective is matched under: "" (no group) and "0" (ASTRA-sim's world)
+    both name the world, so "" joins "0" unless the comm groups define "" or give "0" to a subgroup
+    (then the two stay apart).  Replay and ``xsim trace check`` match collectives by this key."""
+    if pg_name == "" and "" not in comm_groups and "0" not in comm_groups:
+        return "0"
+    return pg_name

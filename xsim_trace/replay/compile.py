@@ -18,7 +18,7 @@ import numpy as np
 from xsim_trace.errors import GraphError
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
-from xsim_trace.graph.model import NS_PER_US, Trace
+from xsim_trace.graph.model import NS_PER_US, Trace, world_pg_name
 
 log = logging.getLogger(__name__)
 
@@ -403,7 +403,7 @@ def _match_collectives(num_ranks, pg_of, node_rank, node_id, comm_type, comm_siz
     ring_of = ring_of or {}
     per_pg: dict[str, dict[int, list[int]]] = {}
     for g in sorted(pg_of):
-        per_pg.setdefault(pg_of[g], {}).setdefault(int(node_rank[g]), []).append(g)
+        per_pg.setdefault(world_pg_name(pg_of[g], comm_groups), {}).setdefault(int(node_rank[g]), []).append(g)
 
     groups: list[tuple[int, ...]] = []
     group_names: list[str] = []
