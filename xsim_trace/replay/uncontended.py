@@ -112,6 +112,18 @@ class LoneFlows:
         """Nothing to release."""
 
 
+_AT_ONCE = "a collective's flows hold a link at once (or out of the walk's order)"
+
+
+def _by_link(link: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The holds ``[s, e)`` on ``link`` sorted by link then start, the mask of each that follows one on
+    its link, and whether two on one link overlap (touching is fine)."""
+    order = np.lexsort((s, link))
+    link, s, e = link[order], s[order], e[order]
+    same = link[1:] == link[:-1]
+    return link, s, e, same, bool(np.any(s[1:][same] < e[:-1][same]))
+
+
 def _hold(ser: np.ndarray) -> np.ndarray:
     """How long a hop holds its link, for the overlap checks: its serialisation, at least 1 ns."""
     return np.maximum(ser, 1)
@@ -140,7 +152,7 @@ class _Book:
         s = (issue[:, None] + off).ravel() if hops else issue[owner] + off
         if table is self._last:  # the same links as the step before (a ring's every step)
             if np.any(s < self._last_end):
-                self.why = "a collective's flows hold a link at once (or out of the walk's order)"
+                self.why = _AT_ONCE
             else:
                 s += hold
                 self._last_end = s
@@ -148,7 +160,7 @@ class _Book:
         self._flush()
         if unique and id(table) in self._tables:
             if np.any(s < self.end[link]):
-                self.why = "a collective's flows hold a link at once (or out of the walk's order)"
+                self.why = _AT_ONCE
                 return
             self._last, self._last_end = table, s + hold
             return
@@ -164,23 +176,21 @@ class _Book:
 
     def _hold(self, link: np.ndarray, s: np.ndarray, e: np.ndarray, unique: bool) -> None:
         if not unique:  # several hops of one step on a link: in time order, each after the one before
-            order = np.lexsort((s, link))
-            link, s, e = link[order], s[order], e[order]
-            same = link[1:] == link[:-1]
-            if np.any(s[1:][same] < e[:-1][same]):
+            link, s, e, same, overlap = _by_link(link, s, e)
+            if overlap:
                 self.why = "two transfers of one step of a collective share a link at once"
                 return
             head = np.concatenate([[True], ~same])
             tail = np.concatenate([~same, [True]])
             if np.any(s[head] < self.end[link[head]]):
-                self.why = "a collective's flows hold a link at once (or out of the walk's order)"
+                self.why = _AT_ONCE
                 return
             f = self.first[link[head]]
             self.first[link[head]] = np.where(f < 0, s[head], f)
             self.end[link[tail]] = e[tail]
             return
         if np.any(s < self.end[link]):
-            self.why = "a collective's flows hold a link at once (or out of the walk's order)"
+            self.why = _AT_ONCE
             return
         f = self.first[link]
         self.first[link] = np.where(f < 0, s, f)
@@ -321,13 +331,7 @@ def _overlap(parts: list[tuple]) -> bool:
     """Whether two of the (link, from, to) windows overlap on one link."""
     if not parts:
         return False
-    link = np.concatenate([p[0] for p in parts])
-    s = np.concatenate([p[1] for p in parts])
-    e = np.concatenate([p[2] for p in parts])
-    order = np.lexsort((s, link))
-    link, s, e = link[order], s[order], e[order]
-    same = link[1:] == link[:-1]
-    return bool(np.any(s[1:][same] < e[:-1][same]))
+    return _by_link(*(np.concatenate([p[i] for p in parts]) for i in range(3)))[4]
 
 
 def contention(w: CompiledWorkload, raw, walk: BookingWalk, view: LoneFlows, settings: ReplaySettings) -> str | None:
