@@ -51,10 +51,14 @@ def test_framework_flag_and_cuda_graphs_change_host_time(capsys):
 
 
 def test_no_rope_fusion_flag_reaches_the_estimate(capsys):
-    fused = _json(capsys, [*SMALL, "--dp", "2"])
-    eager = _json(capsys, [*SMALL, "--dp", "2", "--no-rope-fusion"])
+    rope = [*SMALL, "--dp", "2", "--position-embedding-type", "rope"]  # GPT-3 learns its positions: no RoPE to fuse
+    fused = _json(capsys, rope)
+    eager = _json(capsys, [*rope, "--no-rope-fusion"])
     assert fused["rope_fusion"] is True and eager["rope_fusion"] is False
     assert eager["step_time_s"] > fused["step_time_s"]
+    learned = _json(capsys, [*SMALL, "--dp", "2", "--no-rope-fusion"])
+    assert learned["position_embedding"] == "learned_absolute" and fused["position_embedding"] == "rope"
+    assert learned["step_time_s"] < fused["step_time_s"]  # no RoPE op in any layer
 
 
 def test_cluster_sets_device_and_replay_confirms(capsys):

@@ -202,3 +202,74 @@ def test_unfused_rope_is_megatrons_eager_ops_on_host_and_device():
     assert others == [op.name for op in O.layer_forward(model, fused) if op.name != "rope_bias"]
     with pytest.raises(ConfigError, match="rope_fusion"):
         Framework(rope_fusion="no")
+
+
+def test_position_embedding_type_places_the_position_work():
+    """--position-embedding-type: RoPE is one op per layer and pass; a learned absolute table is a lookup
+    and an add in the embedding (one module call and an eager op), and no layer rotates; none has neither."""
+    import pytest
+
+    from xsim_trace.errors import ConfigError
+
+    fw = Framework(tp=2)
+    rope = small_llama()
+    learned = rope.with_(position_embedding="learned_absolute")
+    none = rope.with_(position_embedding="none")
+    names = lambda ops: [op.name for op in ops if isinstance(op, O.ComputeOp)]  # noqa: E731
+    assert "rope_bias" in names(O.layer_forward(rope, fw)) and "rope_bias_bwd" in names(O.layer_backward(rope, fw))
+    for m in (learned, none):
+        assert not [n for n in names(O.layer_forward(m, fw) + O.layer_backward(m, fw)) if n.startswith("rope")]
+    assert "position_embedding" not in names(O.embedding_forward(rope, fw) + O.embedding_forward(none, fw))
+    pos = next(op for op in O.embedding_forward(learned, fw) if op.name == "position_embedding")
+    d = O.dims(learned, fw)
+    assert pos.kernels == 2 and pos.bytes_accessed == 5 * d.tokens * learned.hidden * d.elt
+    _, timer = _timer(learned, fw)
+    assert timer.host_ns(pos) == pytest.approx((1 + O.EAGER_OP_CALLS) * H, abs=2)
+    assert "position_embedding_bwd" in names(O.embedding_backward(learned, fw))
+    # one fewer module call per layer and pass than the rotary model
+    _, rtimer = _timer(rope, fw)
+    assert _host(rtimer, O.layer_forward(rope, fw)) - _host(timer, O.layer_forward(learned, fw)) == pytest.approx(H, abs=3)
+    assert get_model("gpt3-175b").position_embedding == "learned_absolute"
+    assert get_model("llama3-8b").position_embedding == "rope"
+    with pytest.raises(ConfigError, match="position_embedding"):
+        rope.with_(position_embedding="alibi")
+    with pytest.raises(ConfigError, match="position_embedding"):
+        get_model("deepseek-v3").with_(position_embedding="learned_absolute")
+
+
+def test_moe_allgather_dispatcher_and_aux_loss_router():
+    """Megatron's all-gather token dispatcher gathers the expert-TP x EP group's tokens (and routing) and
+    reduce-scatters the result; the all-to-all one exchanges the routed tokens.  The aux-loss router adds
+    its eager kernels (a quarter call each) and a TP all-reduce; sinkhorn adds none."""
+    import pytest
+
+    from xsim_trace.errors import ConfigError
+
+    model = small_llama().with_(moe_experts=8, moe_top_k=2)
+    a2a, ag = Framework(tp=2, ep=4, dp=4, global_batch=4, sequence_parallel=True), \
+        Framework(tp=2, ep=4, dp=4, global_batch=4, sequence_parallel=True, moe_dispatcher="allgather")
+    comm = lambda ops: {op.name: op for op in ops if isinstance(op, O.CommOp)}  # noqa: E731
+    ca, cg = comm(O.layer_forward(model, a2a)), comm(O.layer_forward(model, ag))
+    assert "moe_dispatch_a2a" in ca and "moe_dispatch_allgather" not in ca
+    assert "moe_dispatch_a2a" not in cg and cg["moe_combine_reducescatter"].kind is O.CommKind.EP
+    d = O.dims(model, ag)
+    n, g = ag.etp * ag.ep, ag.ep  # 8 ranks gathered, modelled on the 4-rank EP group
+    assert cg["moe_dispatch_allgather"].size_bytes == int((n - 1) * g / (g - 1) * d.tokens_sp * model.hidden * d.elt)
+    # each rank receives the (n - 1) blocks it receives in the real group
+    received = (n - 1) * d.tokens_sp * model.hidden * d.elt
+    assert cg["moe_dispatch_allgather"].size_bytes * (g - 1) / g == pytest.approx(received, rel=1e-6)
+    assert "moe_aux_loss_allreduce" in ca  # aux_loss is Megatron's default
+    fwd = {op.name: op for op in O.layer_forward(model, a2a) if isinstance(op, O.ComputeOp)}
+    aux = fwd["moe_aux_loss"]
+    assert aux.kernels == O.AUX_LOSS_FWD_KERNELS and O.backward_of([aux])[0].kernels == O.AUX_LOSS_BWD_KERNELS
+    _, timer = _timer(model, a2a)
+    factor = timer.host_model.factor(aux.host_group, a2a.ep, False, False)
+    assert timer.host_ns(aux) == pytest.approx(O.AUX_LOSS_FWD_KERNELS * O.EAGER_OP_CALLS * H * factor, abs=2)
+    sink = model.with_(moe_load_balancing="sinkhorn")
+    assert not [op for op in O.layer_forward(sink, a2a) if op.name.startswith("moe_aux_loss")]
+    # no gather group (tp 1, ep 1): the all-gather dispatcher has nothing to gather
+    assert not comm(O.layer_forward(sink, Framework(moe_dispatcher="allgather")))
+    with pytest.raises(ConfigError, match="moe_dispatcher"):
+        Framework(moe_dispatcher="flex")
+    with pytest.raises(ConfigError, match="moe_load_balancing"):
+        model.with_(moe_load_balancing="z_loss")

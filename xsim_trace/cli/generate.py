@@ -74,6 +74,19 @@ def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-rope-fusion", dest="rope_fusion", action="store_false",
                    help="Megatron --no-rope-fusion: RoPE as eager torch ops (kernels and host calls) instead of "
                         "one fused kernel per rotated tensor")
+    g.add_argument("--position-embedding-type", dest="position_embedding", default=None,
+                   choices=("rope", "learned_absolute", "none"),
+                   help="Megatron --position-embedding-type: rope (a RoPE op per layer), learned_absolute (a position "
+                        "table added in the embedding) or none (default: the model's; GPT-3 presets learned_absolute, "
+                        "the others rope)")
+    g.add_argument("--moe-token-dispatcher-type", dest="moe_dispatcher", default="alltoall",
+                   choices=("alltoall", "allgather"),
+                   help="Megatron --moe-token-dispatcher-type (default alltoall; Megatron's own default is allgather: "
+                        "every rank gathers the expert-TP x EP group's tokens, then reduce-scatters)")
+    g.add_argument("--moe-router-load-balancing-type", dest="moe_load_balancing", default=None,
+                   choices=("aux_loss", "seq_aux_loss", "sinkhorn", "none"),
+                   help="Megatron --moe-router-load-balancing-type (default: the model's, aux_loss): the auxiliary "
+                        "losses add their eager kernels per MoE layer")
     s = p.add_argument_group("system")
     s.add_argument("--device", default="H100")
     add_device_file(s)
@@ -144,6 +157,10 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         changes["seq_len"] = args.seq_len
     if args.layers:
         changes["layers"] = args.layers
+    if getattr(args, "position_embedding", None):
+        changes["position_embedding"] = args.position_embedding
+    if getattr(args, "moe_load_balancing", None):
+        changes["moe_load_balancing"] = args.moe_load_balancing
     if changes:
         model = model.with_(**changes)
     gbs = args.gbs or args.mbs * args.dp * args.pp
@@ -154,6 +171,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather, lora_rank=args.lora_rank, moe_imbalance=args.moe_imbalance,
         deterministic=args.deterministic, transformer_impl=args.transformer_impl, rope_fusion=args.rope_fusion,
+        moe_dispatcher=getattr(args, "moe_dispatcher", "alltoall"),
     )
     return make_setup(model, fw, device if device is not None else args.device,
                       gpus_per_node=gpus_per_node or args.gpus_per_node,

@@ -26,6 +26,8 @@ class Schedule(enum.Enum):
 
 #: Megatron's ``--transformer-impl`` choices
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
+#: Megatron's ``--moe-token-dispatcher-type`` choices the generator models
+MOE_DISPATCHERS = ("alltoall", "allgather")
 
 
 def _enum(cls: type[enum.Enum], value: Any, field_name: str) -> Any:
@@ -82,6 +84,10 @@ class Framework:
     #: Engine kernel per rotated tensor; unfused, the eager torch ops of Megatron's
     #: ``_apply_rotary_pos_emb_bshd`` (:func:`xsim_trace.workload.ops.rope_ops`)
     rope_fusion: bool = True
+    #: MoE token dispatcher (Megatron ``--moe-token-dispatcher-type``): ``alltoall`` (the default here, what
+    #: large runs use) or ``allgather`` (Megatron's own default: every rank gathers the expert-TP x EP
+    #: group's tokens and keeps its experts' share, then reduce-scatters the result)
+    moe_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "global_batch"):
@@ -96,6 +102,9 @@ class Framework:
             raise ConfigError(f"expected a number >= 1, found {self.moe_imbalance!r}", field="framework.moe_imbalance")
         if not isinstance(self.rope_fusion, bool):
             raise ConfigError(f"expected true or false, found {self.rope_fusion!r}", field="framework.rope_fusion")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise ConfigError(f"expected one of {', '.join(MOE_DISPATCHERS)}, found {self.moe_dispatcher!r}",
+                              field="framework.moe_dispatcher")
         if self.transformer_impl not in TRANSFORMER_IMPLS:
             raise ConfigError(f"expected one of {', '.join(TRANSFORMER_IMPLS)}, found {self.transformer_impl!r}",
                               field="framework.transformer_impl")

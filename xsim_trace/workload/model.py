@@ -17,6 +17,12 @@ _INT_FIELDS = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "seq_len
                "v_head_dim")
 _BOOL_FIELDS = ("swiglu", "flash_attention", "tied_embeddings", "bias", "causal")
 _NORMS = ("layernorm", "rmsnorm")
+#: Megatron's ``--position-embedding-type`` choices the generator models: rotary (applied to q and k in
+#: every layer), a learned absolute table added to the word embedding (Megatron's default), or none
+POSITION_EMBEDDINGS = ("rope", "learned_absolute", "none")
+#: Megatron's ``--moe-router-load-balancing-type``: the auxiliary-loss kinds add the loss's kernels
+MOE_LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "sinkhorn", "none")
+_STR_FIELDS = ("norm", "position_embedding", "moe_load_balancing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,11 @@ class ModelSpec:
     qk_rope_dim: int = 0
     qk_nope_dim: int = 0
     v_head_dim: int = 0
+    #: ``rope`` (default: the presets' Llama / Mixtral / Qwen / DeepSeek), ``learned_absolute`` (GPT-3,
+    #: BERT, Megatron's default) or ``none``; multi-latent attention always rotates its RoPE part
+    position_embedding: str = "rope"
+    #: the MoE router's load balancing (Megatron's default ``aux_loss``; ``sinkhorn``, ``seq_aux_loss``, ``none``)
+    moe_load_balancing: str = "aux_loss"
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len"):
@@ -76,6 +87,15 @@ class ModelSpec:
                               field="model.kv_lora_rank")
         if self.norm not in _NORMS:
             raise ConfigError(f"expected norm one of {', '.join(_NORMS)}, found {self.norm!r}", field="model.norm")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ConfigError(f"expected position_embedding one of {', '.join(POSITION_EMBEDDINGS)}, "
+                              f"found {self.position_embedding!r}", field="model.position_embedding")
+        if self.moe_load_balancing not in MOE_LOAD_BALANCING:
+            raise ConfigError(f"expected moe_load_balancing one of {', '.join(MOE_LOAD_BALANCING)}, "
+                              f"found {self.moe_load_balancing!r}", field="model.moe_load_balancing")
+        if self.kv_lora_rank and self.position_embedding != "rope":
+            raise ConfigError(f"multi-latent attention rotates its qk_rope_dim part: expected position_embedding "
+                              f"rope, found {self.position_embedding!r}", field="model.position_embedding")
 
     @property
     def head_dim(self) -> int:
@@ -171,7 +191,7 @@ def _model_from_entry(name: str, entry: Any, source: str) -> ModelSpec:
     where = f"models.{name}"
     if not isinstance(entry, Mapping):
         raise ConfigError(f"expected a mapping of model fields, found {type(entry).__name__}", file=source, field=where)
-    allowed = set(_INT_FIELDS) | set(_BOOL_FIELDS) | {"norm", "base"}
+    allowed = set(_INT_FIELDS) | set(_BOOL_FIELDS) | set(_STR_FIELDS) | {"base"}
     unknown = sorted(set(map(str, entry)) - allowed)
     if unknown:
         raise ConfigError(f"unknown model field(s) {', '.join(unknown)}", file=source, field=where)

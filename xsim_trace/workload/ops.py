@@ -238,12 +238,23 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
     expert_flops = 2 * expert_tokens * h * model.moe_ffn * mats
     expert_bytes = local_experts * mats * h * (model.moe_ffn // fw.etp) * e + 3 * expert_tokens * h * e
     moe_group = HostGroup.MOE
-    ops: list[Op] = [
-        _gemm("moe_router", t_moe, model.moe_experts, h, e, group=moe_group),
-        _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe_group),
-    ]
-    if fw.ep > 1:
-        ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, int(routed * fw.moe_imbalance) * h * e))
+    ops: list[Op] = [_gemm("moe_router", t_moe, model.moe_experts, h, e, group=moe_group)]
+    ops += aux_loss_ops(model, fw, t_moe)
+    gather = _moe_gather_group(fw) if fw.moe_dispatcher == "allgather" else None
+    if gather is None:
+        ops.append(_mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe_group))
+        if fw.ep > 1:
+            ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL,
+                              int(routed * fw.moe_imbalance) * h * e))
+    else:
+        kind, scale = gather
+        # Megatron's MoEAllGatherTokenDispatcher: every rank of the expert-TP x EP group gathers all the
+        # group's tokens (and their routing map and probabilities), then keeps those of its local experts
+        ops.append(CommOp("moe_dispatch_allgather", kind, CollectiveType.ALL_GATHER, int(scale * t_moe * h * e)))
+        ops.append(CommOp("moe_dispatch_allgather_probs", kind, CollectiveType.ALL_GATHER,
+                          int(scale * t_moe * model.moe_experts * 5)))  # fp32 probabilities + bool map
+        ops.append(_mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e + fw.etp * fw.ep * t_moe * model.moe_experts,
+                        kernels=4, group=moe_group))
     # one expert MLP module per local expert (two GEMM launches each)
     per_expert = max(1, expert_tokens // local_experts)
     shape = (per_expert, mats * model.moe_ffn // fw.etp, h, local_experts)
@@ -251,9 +262,18 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
                          shape, "fwd", True))
     ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp,
                     kernels=local_experts, modules=local_experts, group=moe_group))
-    if fw.ep > 1:
-        ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL, int(routed * fw.moe_imbalance) * h * e))
-    ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=moe_group))
+    if gather is None:
+        if fw.ep > 1:
+            ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL,
+                              int(routed * fw.moe_imbalance) * h * e))
+        ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=moe_group))
+    else:
+        # unpermute into a zeroed buffer of the group's tokens, then reduce-scatter it back
+        n = fw.etp * fw.ep
+        ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e + n * t_moe * h * e, kernels=3,
+                        group=moe_group))
+        ops.append(CommOp("moe_combine_reducescatter", gather[0], CollectiveType.REDUCE_SCATTER,
+                          int(gather[1] * t_moe * h * e)))
     if model.moe_shared_experts:
         # the shared experts: one dense MLP of width shared * moe_ffn over every token, TP-sharded
         f_tp = model.moe_shared_experts * model.moe_ffn // fw.tp
@@ -261,6 +281,42 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
         ops += [_gemm("moe_shared_fc1", d.tokens, up, h, e, group=moe_group, linear=True),
                 _mem("moe_shared_act", KernelClass.ELEMENTWISE, (up + f_tp) * d.tokens * e, group=moe_group),
                 _gemm("moe_shared_fc2", d.tokens, h, f_tp, e, group=moe_group, linear=True)]
+    return ops
+
+
+def _moe_gather_group(fw: Framework) -> tuple[CommKind, float] | None:
+    """The group the all-gather dispatcher gathers over (Megatron's expert-TP x EP group of etp * ep
+    ranks), as a group the generator has: EP (or TP when ep is 1), with the buffer scaled so that each
+    rank receives the (n - 1) token blocks it receives in the real group; None when n is 1."""
+    n = fw.etp * fw.ep
+    if n == 1:
+        return None
+    g = fw.ep if fw.ep > 1 else fw.tp
+    if g == 1:
+        return None
+    return (CommKind.EP if fw.ep > 1 else CommKind.TP), (n - 1) * g / (g - 1)
+
+
+#: the auxiliary load-balancing loss of Megatron's top-k router (``--moe-router-load-balancing-type
+#: aux_loss`` / ``seq_aux_loss``), per MoE layer and micro-batch, from ``router.py`` / ``moe_utils.py``:
+#: the scores for the loss (softmax, top-k, the routing map's zeros + scatter), tokens per expert (a
+#: sum), the loss (the probabilities' sum over tokens, a multiply, a sum, a scale), the loss tracker's
+#: accumulate (index + add): 11 eager kernels; its autograd backward (the scaler's ones * scale, the
+#: multiply and sums, the softmax) 8.  The per-expert probability sums are all-reduced over the
+#: sequence-parallel (TP x CP) group.  The sinkhorn router's iterations are not charged (their count
+#: depends on the logits).
+AUX_LOSS_FWD_KERNELS = 11
+AUX_LOSS_BWD_KERNELS = 8
+
+
+def aux_loss_ops(model: ModelSpec, fw: Framework, tokens: int) -> list[Op]:
+    if model.moe_load_balancing not in ("aux_loss", "seq_aux_loss"):
+        return []
+    ops: list[Op] = [ComputeOp("moe_aux_loss", KernelClass.ELEMENTWISE, 0, 6 * tokens * model.moe_experts * 4,
+                               AUX_LOSS_FWD_KERNELS, EAGER_OP_CALLS, HostGroup.MOE, bwd_kernels=AUX_LOSS_BWD_KERNELS)]
+    if fw.tp * fw.cp > 1:
+        kind = CommKind.TP if fw.tp > 1 else CommKind.CP
+        ops.append(CommOp("moe_aux_loss_allreduce", kind, CollectiveType.ALL_REDUCE, model.moe_experts * 4))
     return ops
 
 
@@ -298,8 +354,10 @@ def qkv_ops(model: ModelSpec, fw: Framework, d: Dims) -> list[Op]:
     if not model.is_mla:
         qkv_out = (h + 2 * model.kv_hidden) // fw.tp
         rotated = d.tokens * (h + model.kv_hidden) // fw.tp
-        return [_gemm("qkv_proj", d.tokens, qkv_out, h, e, linear=True),
-                *rope_ops(fw, rotated, 2 * d.tokens * qkv_out * e, e)]
+        ops = [_gemm("qkv_proj", d.tokens, qkv_out, h, e, linear=True)]
+        if model.position_embedding == "rope":  # learned absolute positions are added once, in the embedding
+            ops += rope_ops(fw, rotated, 2 * d.tokens * qkv_out * e, e)
+        return ops
     heads_tp = model.heads // fw.tp
     q_out = heads_tp * model.qk_head_dim
     ops: list[Op] = []
@@ -437,6 +495,11 @@ def embedding_forward(model: ModelSpec, fw: Framework) -> list[Op]:
     d = dims(model, fw)
     ops: list[Op] = [_mem("embedding", KernelClass.EMBEDDING, 2 * d.tokens * model.hidden * d.elt, kernels=3)]
     ops += _tp_out(model, fw, d, "tp_reduce_embedding")
+    if model.position_embedding == "learned_absolute":
+        # Megatron's LanguageModelEmbedding: the position table's lookup (an nn.Embedding module call,
+        # N = tokens x hidden elements read and written) and its eager add to the word embeddings (3 N)
+        ops.append(_mem("position_embedding", KernelClass.EMBEDDING, 5 * d.tokens * model.hidden * d.elt, kernels=2,
+                        modules=1.0 + EAGER_OP_CALLS))
     return ops
 
 

@@ -107,6 +107,8 @@ def prediction_dict(setup: Setup, pred: Prediction) -> dict:
         "deterministic": fw.deterministic,
         "transformer_impl": fw.transformer_impl,
         "rope_fusion": fw.rope_fusion,
+        "position_embedding": setup.model.position_embedding,
+        "moe_dispatcher": fw.moe_dispatcher,
         "world_size": fw.world_size,
         "parallelism": {"tp": fw.tp, "pp": fw.pp, "dp": fw.dp, "cp": fw.cp, "ep": fw.ep, "etp": fw.etp, "vpp": fw.vpp,
                         "micro_batch": fw.micro_batch, "global_batch": fw.global_batch,
