@@ -62,9 +62,9 @@ SYSTEMS = {
 #: identical configurations, so one value per device type cannot serve both.  The SC'21 rows (key
 #: ``sc21``) use the lts_dgx_a100 per-call value, not fitted on them (they are GPU bound).
 CALIBRATION: dict[str, dict[str, float]] = {
-    "dev_dgx_a100": {"host_module_ns": 350_000, "moe_factor": 0.8, "attention_core_factor": 1.5, "deterministic_factor": 1.0, "local_impl_factor": 0.8},
-    "lts_dgx_a100": {"host_module_ns": 233_333, "moe_factor": 2.0, "attention_core_factor": 0.85, "deterministic_factor": 1.2, "local_impl_factor": 1.0},
-    "dev_dgx_h100": {"host_module_ns": 227_273, "moe_factor": 1.6, "attention_core_factor": 1.0, "deterministic_factor": 1.1, "local_impl_factor": 0.75},
+    "dev_dgx_a100": {"host_module_ns": 380_000, "moe_factor": 0.8, "attention_core_factor": 1.2, "deterministic_factor": 1.0, "local_impl_factor": 0.8},
+    "lts_dgx_a100": {"host_module_ns": 263_636, "moe_factor": 1.8, "attention_core_factor": 1.5, "deterministic_factor": 1.1, "local_impl_factor": 1.0},
+    "dev_dgx_h100": {"host_module_ns": 245_455, "moe_factor": 1.4, "attention_core_factor": 1.5, "deterministic_factor": 1.1, "local_impl_factor": 0.7},
     "sc21": {},  # the megatron-core family's defaults (host cost is negligible there)
 }
 
@@ -137,6 +137,10 @@ class CaseConfig:
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     rope_fusion: bool | None = None  # False: --no-rope-fusion
+    #: --position-embedding-type (every case read; Megatron's default learned_absolute where absent)
+    position_embedding: str = "learned_absolute"
+    moe_dispatcher: str = ""  # --moe-token-dispatcher-type (MoE cases; Megatron's default allgather where absent)
+    moe_router_lb: str = ""  # --moe-router-load-balancing-type (MoE cases)
 
 
 def _opt_int(v: str) -> int | None:
@@ -158,7 +162,9 @@ def load_cases(path: Path = CASES_CSV) -> dict[str, CaseConfig]:
             moe_grouped_gemm=r["moe_grouped_gemm"] == "true", vocab=_opt_int(r["vocab"]), kv_heads=_opt_int(r["kv_heads"]),
             untie_embeddings=_opt_bool(r["untie_embeddings"]), swiglu=_opt_bool(r["swiglu"]),
             dist_optimizer=_opt_bool(r["dist_optimizer"]), overlap_grad_reduce=_opt_bool(r["overlap_grad_reduce"]),
-            overlap_param_gather=_opt_bool(r["overlap_param_gather"]), rope_fusion=_opt_bool(r["rope_fusion"]))
+            overlap_param_gather=_opt_bool(r["overlap_param_gather"]), rope_fusion=_opt_bool(r["rope_fusion"]),
+            position_embedding=r["position_embedding"] or "learned_absolute", moe_dispatcher=r["moe_dispatcher"],
+            moe_router_lb=r["moe_router_lb"])
     return out
 
 
@@ -231,6 +237,10 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
                 moe_top_k=(case.moe_topk if case and case.moe_topk else min(2, experts)) if experts else 1,
                 moe_ffn=case.moe_ffn if case and experts else 0,
                 causal=not bert,
+                # Megatron's default (GPT and BERT): a learned absolute position table; rope where the case sets it
+                position_embedding=case.position_embedding if case is not None else "learned_absolute",
+                # --moe-router-load-balancing-type (Megatron's default aux_loss where a case does not say)
+                moe_load_balancing=(case.moe_router_lb if case is not None and case.moe_router_lb else "aux_loss"),
             )
             vpp = virtual_chunks(case, int(r["layers"]), pp, _int(r["vpp"]))
             if int(r["layers"]) % (pp * vpp) or (int(r["gbs"]) // (int(r["mbs"]) * dp)) % pp:
@@ -256,6 +266,8 @@ def _ci_rows(path: Path, skipped: list[tuple[str, str]]) -> list[Row]:
                 deterministic=case.deterministic if case is not None else True,
                 transformer_impl="local" if local_impl else "transformer_engine",
                 rope_fusion=flag("rope_fusion", True),
+                # --moe-token-dispatcher-type (Megatron's default allgather where a case does not say)
+                moe_dispatcher=(case.moe_dispatcher if case is not None and case.moe_dispatcher else "allgather"),
             )
             rows.append(Row("ci", f"{name} [{r['golden']}]", system, r["golden"], model, fw, float(r["steady_median_s"])))
     return rows
@@ -275,6 +287,7 @@ def _sc21_rows(path: Path) -> list[Row]:
             vocab=51200,
             seq_len=2048,
             flash_attention=False,  # 2021: no flash attention
+            position_embedding="learned_absolute",  # GPT-3's learned positions; Megatron-LM of 2021 had no RoPE
         )
         fw = Framework(
             tp=int(r["tp"]),
