@@ -83,10 +83,6 @@ def add_parallelism_flags(p: argparse.ArgumentParser) -> None:
                    choices=("alltoall", "allgather"),
                    help="Megatron --moe-token-dispatcher-type (default alltoall; Megatron's own default is allgather: "
                         "every rank gathers the expert-TP x EP group's tokens, then reduce-scatters)")
-    g.add_argument("--moe-router-load-balancing-type", dest="moe_load_balancing", default=None,
-                   choices=("aux_loss", "seq_aux_loss", "sinkhorn", "none"),
-                   help="Megatron --moe-router-load-balancing-type (default: the model's, aux_loss): the auxiliary "
-                        "losses add their eager kernels per MoE layer")
     s = p.add_argument_group("system")
     s.add_argument("--device", default="H100")
     add_device_file(s)
@@ -159,8 +155,6 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         changes["layers"] = args.layers
     if getattr(args, "position_embedding", None):
         changes["position_embedding"] = args.position_embedding
-    if getattr(args, "moe_load_balancing", None):
-        changes["moe_load_balancing"] = args.moe_load_balancing
     if changes:
         model = model.with_(**changes)
     gbs = args.gbs or args.mbs * args.dp * args.pp

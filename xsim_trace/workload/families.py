@@ -82,7 +82,7 @@ class FrameworkFamily:
 #: Megatron-core (Megatron-LM's training loop, TE layers, eager).  The host per-module cost is the
 #: median of the three Megatron-LM CI containers' fits (tools/accuracy_megatron.py --fit, issue 13's
 #: seventh round: dev A100 380 us, lts A100 264 us, dev H100 245 us, each the cost without
-#: deterministic kernels); the per-kind factors (MoE 0.8 / 1.8 / 1.4, unfused attention core 1.2 /
+#: deterministic kernels); the per-kind factors (MoE 0.8 / 2.0 / 1.4, unfused attention core 1.2 /
 #: 1.5 / 1.5), the deterministic-mode factor and the local-modules factor (``--transformer-impl
 #: local``: 0.8 / 1.0 / 0.7) are their medians too.
 MEGATRON_CORE = FrameworkFamily(

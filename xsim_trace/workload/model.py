@@ -20,9 +20,7 @@ _NORMS = ("layernorm", "rmsnorm")
 #: Megatron's ``--position-embedding-type`` choices the generator models: rotary (applied to q and k in
 #: every layer), a learned absolute table added to the word embedding (Megatron's default), or none
 POSITION_EMBEDDINGS = ("rope", "learned_absolute", "none")
-#: Megatron's ``--moe-router-load-balancing-type``: the auxiliary-loss kinds add the loss's kernels
-MOE_LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "sinkhorn", "none")
-_STR_FIELDS = ("norm", "position_embedding", "moe_load_balancing")
+_STR_FIELDS = ("norm", "position_embedding")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +56,6 @@ class ModelSpec:
     #: ``rope`` (default: the presets' Llama / Mixtral / Qwen / DeepSeek), ``learned_absolute`` (GPT-3,
     #: BERT, Megatron's default) or ``none``; multi-latent attention always rotates its RoPE part
     position_embedding: str = "rope"
-    #: the MoE router's load balancing (Megatron's default ``aux_loss``; ``sinkhorn``, ``seq_aux_loss``, ``none``)
-    moe_load_balancing: str = "aux_loss"
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len"):
@@ -90,9 +86,6 @@ class ModelSpec:
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ConfigError(f"expected position_embedding one of {', '.join(POSITION_EMBEDDINGS)}, "
                               f"found {self.position_embedding!r}", field="model.position_embedding")
-        if self.moe_load_balancing not in MOE_LOAD_BALANCING:
-            raise ConfigError(f"expected moe_load_balancing one of {', '.join(MOE_LOAD_BALANCING)}, "
-                              f"found {self.moe_load_balancing!r}", field="model.moe_load_balancing")
         if self.kv_lora_rank and self.position_embedding != "rope":
             raise ConfigError(f"multi-latent attention rotates its qk_rope_dim part: expected position_embedding "
                               f"rope, found {self.position_embedding!r}", field="model.position_embedding")

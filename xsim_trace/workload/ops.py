@@ -239,7 +239,6 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
     expert_bytes = local_experts * mats * h * (model.moe_ffn // fw.etp) * e + 3 * expert_tokens * h * e
     moe_group = HostGroup.MOE
     ops: list[Op] = [_gemm("moe_router", t_moe, model.moe_experts, h, e, group=moe_group)]
-    ops += aux_loss_ops(model, fw, t_moe)
     gather = _moe_gather_group(fw) if fw.moe_dispatcher == "allgather" else None
     if gather is None:
         ops.append(_mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe_group))
@@ -295,29 +294,6 @@ def _moe_gather_group(fw: Framework) -> tuple[CommKind, float] | None:
     if g == 1:
         return None
     return (CommKind.EP if fw.ep > 1 else CommKind.TP), (n - 1) * g / (g - 1)
-
-
-#: the auxiliary load-balancing loss of Megatron's top-k router (``--moe-router-load-balancing-type
-#: aux_loss`` / ``seq_aux_loss``), per MoE layer and micro-batch, from ``router.py`` / ``moe_utils.py``:
-#: the scores for the loss (softmax, top-k, the routing map's zeros + scatter), tokens per expert (a
-#: sum), the loss (the probabilities' sum over tokens, a multiply, a sum, a scale), the loss tracker's
-#: accumulate (index + add): 11 eager kernels; its autograd backward (the scaler's ones * scale, the
-#: multiply and sums, the softmax) 8.  The per-expert probability sums are all-reduced over the
-#: sequence-parallel (TP x CP) group.  The sinkhorn router's iterations are not charged (their count
-#: depends on the logits).
-AUX_LOSS_FWD_KERNELS = 11
-AUX_LOSS_BWD_KERNELS = 8
-
-
-def aux_loss_ops(model: ModelSpec, fw: Framework, tokens: int) -> list[Op]:
-    if model.moe_load_balancing not in ("aux_loss", "seq_aux_loss"):
-        return []
-    ops: list[Op] = [ComputeOp("moe_aux_loss", KernelClass.ELEMENTWISE, 0, 6 * tokens * model.moe_experts * 4,
-                               AUX_LOSS_FWD_KERNELS, EAGER_OP_CALLS, HostGroup.MOE, bwd_kernels=AUX_LOSS_BWD_KERNELS)]
-    if fw.tp * fw.cp > 1:
-        kind = CommKind.TP if fw.tp > 1 else CommKind.CP
-        ops.append(CommOp("moe_aux_loss_allreduce", kind, CollectiveType.ALL_REDUCE, model.moe_experts * 4))
-    return ops
 
 
 #: Megatron's unfused RoPE (``_apply_rotary_pos_emb_bshd``, called once for q and once for k), per rotated
