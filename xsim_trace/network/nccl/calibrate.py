@@ -257,6 +257,11 @@ def calibrate(base: Cluster, runs: Sequence[NcclTestsRun], *, params: Sequence[s
     else:  # the per-protocol terms are fitted afterwards, in closed form (_fit_protocols); the measured
         # constants (MEASURED_ONLY) stay: a calibration fits the link bandwidths they scale
         free = [k for k in free if k not in PROTO_PARAMS and k not in MEASURED_ONLY]
+        if len({r.n_nodes for r in runs if r.n_nodes > 1}) < 2 and "latency_us" in free:
+            # one node count: every collective crosses the network the same number of times, so a latency per
+            # inter-node step and the base latency are one number; fitting both splits it arbitrarily, and the
+            # split decides what another node count pays.  The step keeps its physical value.
+            free = [k for k in free if k != "net_latency_us"]
     values = _start(group, runs)
     prior = dict(values)
 
