@@ -216,7 +216,7 @@ class Engine:
         """The Python loop over the quotient of equivalent ranks, expanded to every rank; None where
         no rank folds or the quotient cannot stand for the full run (then every rank is replayed)."""
         from xsim_trace.replay import fold_loop  # noqa: PLC0415
-        from xsim_trace.replay.compiled_loop import _order_decided_tie  # noqa: PLC0415
+        from xsim_trace.replay.closed_form_tables import order_tie  # noqa: PLC0415
         from xsim_trace.replay.fold import expand  # noqa: PLC0415
 
         w = self.w
@@ -232,7 +232,7 @@ class Engine:
         why = "the quotient did not finish" if finished != wq.num_nodes else None
         if why is None:
             times = expand(w, found, q, _arrays(tq))
-            why = _order_decided_tie(w, q, times, p2p, self._booked, self.settings)
+            why = order_tie(w, q, times, p2p, self._booked, self.settings)
         if why is not None:
             log.debug("fold: replaying every rank (%s)", why)
             return None

@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from xsim_trace.replay.closed_form_tables import collective_tables, fold_of, p2p_tables
 from xsim_trace.replay.compile import CollectiveInstance, CompiledWorkload
 from xsim_trace.replay.fold import Fold, Quotient, quotient, sub_csr
 
@@ -48,13 +49,11 @@ class QuotientPricer:
 def find(w: CompiledWorkload, schedules, pricer, booked: bool, rank_class) -> tuple | None:
     """``(fold, couplings)`` of ``w`` where some rank folds, else None; couplings = the compiled loop's
     (p2p, collectives) tuples, which the tie guard reads again."""
-    from xsim_trace.replay.compiled_loop import _collectives, _find_fold, _p2p  # noqa: PLC0415
-
     if w.num_ranks < 2 or w.num_nodes < MIN_NODES:
         return None
-    p2p = _p2p(w, schedules, booked)
-    colls = _collectives(w, pricer)
-    found = _find_fold(w, p2p, colls, booked, rank_class)
+    p2p = p2p_tables(w, schedules, booked)
+    colls = collective_tables(w, pricer)
+    found = fold_of(w, p2p, colls, booked, rank_class)
     return None if found is None else (found, p2p, colls)
 
 
