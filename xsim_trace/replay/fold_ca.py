@@ -74,7 +74,7 @@ def run_folded(w: CompiledWorkload, backend, schedules: ScheduleCache, settings:
         saved = (backend.flows_started, backend.events, backend.heap_ops)
         out = run_kernel(wq, backend, schedules, settings, None, routes)
         if out is None:
-            why = "a flow's route is not its ranks' own links"
+            why = "a flow's route is not its ranks' own links (or the kernel cannot run the quotient)"
         else:
             tq, stats = out
             why = _after(w, fold, q, tq, stats, keys.key)
@@ -133,10 +133,14 @@ def classes(w: CompiledWorkload, backend, keys, rank_class=None) -> Fold | None:
     topo = backend.topology
     bw, lat = np.asarray(topo.bw_Bpns, np.float64), np.asarray(topo.latency, np.float64)
     ids: dict[tuple, int] = {}
+    of_pair: dict[tuple[int, int], int] = {}
     sig = []
     for src, dst, _ in keys.triples.tolist():
-        links = list(topo.route(int(src), int(dst)))
-        sig.append(ids.setdefault((tuple(bw[links].tolist()), tuple(lat[links].tolist())), len(ids)))
+        got = of_pair.get((src, dst))
+        if got is None:
+            links = list(topo.route(src, dst))
+            got = of_pair[(src, dst)] = ids.setdefault((tuple(bw[links].tolist()), tuple(lat[links].tolist())), len(ids))
+        sig.append(got)
     n_inst = len(w.instances)
     ptr = np.zeros(n_inst + 1, np.int64)
     np.cumsum([len(x.nodes) for x in w.instances], out=ptr[1:])
