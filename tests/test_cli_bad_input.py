@@ -1,0 +1,64 @@
+"""Bad input through the command line (the project brief's rule): one line on stderr naming the file,
+rank, node or field, exit 2, and no output written; an output that existed before stays as it was.
+
+Regression tests for the cases the CLI walk of the bad-input list found failing."""
+
+from __future__ import annotations
+
+import pytest
+
+from xsim_trace.cli.main import main
+from xsim_trace.network.nccl import CollKind
+from xsim_trace.network.nccl.nccltests import render_log
+
+KEEP = b"an earlier output\n"
+
+
+def _one_error_line(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("xsim: error: ")
+    return lines[0]
+
+
+def _nccl_log(tmp_path, third_time: str | None = None):
+    rows = [(1 << k, 10.0 + (1 << k) / 2e4) for k in range(10, 28, 3)]
+    text = render_log(CollKind.ALL_REDUCE, rows, gpu="NVIDIA H100 80GB HBM3", nodes=2, gpus_per_node=8)
+    lines = text.splitlines()
+    row_at = [i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")][2]
+    if third_time is not None:
+        tokens = lines[row_at].split()
+        lines[row_at] = "  ".join(tokens[:5] + [third_time] + tokens[6:])
+    path = tmp_path / "all_reduce.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path, row_at + 1
+
+
+@pytest.mark.parametrize("time_us", ["0.00", "-13.28"])
+def test_calibrate_refuses_a_time_that_is_not_positive(time_us, tmp_path, capsys):
+    log, line = _nccl_log(tmp_path, time_us)
+    out = tmp_path / "cal.yaml"
+    out.write_bytes(KEEP)
+    assert main(["calibrate", "nccl-tests", str(log), "-o", str(out)]) == 2  # was exit 3 (division by zero, log < 0)
+    err = _one_error_line(capsys)
+    assert f"{log}:{line}" in err and "positive time" in err
+    assert out.read_bytes() == KEEP
+
+
+def test_calibrate_refuses_a_node_count_below_one(tmp_path, capsys):
+    log, _ = _nccl_log(tmp_path)
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "nccl-tests", str(log), "--nodes", "0", "-o", str(out)]) == 2  # was accepted
+    assert "--nodes" in _one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_calibrate_output_that_is_a_folder_is_an_output_error(tmp_path, capsys):
+    log, _ = _nccl_log(tmp_path)
+    folder = tmp_path / "taken"
+    folder.mkdir()
+    (folder / "inside").write_bytes(KEEP)
+    assert main(["-q", "calibrate", "nccl-tests", str(log), "-o", str(folder)]) == 2  # was exit 3 (IsADirectoryError)
+    assert "a folder has this name" in _one_error_line(capsys)
+    assert [p.name for p in folder.iterdir()] == ["inside"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
