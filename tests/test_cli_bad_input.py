@@ -5,6 +5,8 @@ Regression tests for the cases the CLI walk of the bad-input list found failing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from xsim_trace.cli.main import main
@@ -62,3 +64,34 @@ def test_calibrate_output_that_is_a_folder_is_an_output_error(tmp_path, capsys):
     assert "a folder has this name" in _one_error_line(capsys)
     assert [p.name for p in folder.iterdir()] == ["inside"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def _a_file(tmp_path):
+    path = tmp_path / "taken"
+    path.write_bytes(KEEP)
+    return path
+
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = str(REPO / "traces" / "dlrm_v100_8rank" / "dlrm")
+KINETO_2RANK = REPO.parent / "shared" / "traces" / "kineto" / "hta_a100_nccl_2rank" / "nccl_data.json.gz"
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", "{spec}", "-o", "{out}"],  # was exit 3 (FileExistsError)
+    ["plan", "search", "--cluster", "dgx-a100", "--model", "gpt3-1.3b", "--budget", "2", "--out", "{out}"],  # was exit 3
+    ["replay", SAMPLE, "--cluster", "v100-dgx1", "--out", "{out}"],  # refused after the replay
+    ["validate", str(KINETO_2RANK), "--cluster", "dgx-a100", "--out", "{out}"],  # refused after the replay
+], ids=["sweep", "plan-search", "replay", "validate"])
+def test_an_output_folder_that_is_a_file_is_refused_first(argv, tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("runner: network\nbase: {case: ring, size_bytes: 1024}\ngrid: {ranks: [2]}\n")
+    out = _a_file(tmp_path)
+    if "validate" in argv and not KINETO_2RANK.exists():
+        pytest.skip("../shared/traces absent")
+    args = [a.format(spec=spec, out=out) for a in argv]
+    assert main(["-q", *args]) == 2
+    err = _one_error_line(capsys)
+    assert f"file {out}" in err and "is not a folder" in err
+    assert out.read_bytes() == KEEP
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "taken"]

@@ -196,13 +196,14 @@ def _needs_retarget(metadata, cluster, *, retarget: bool, catalog=None) -> bool:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from xsim_trace.io import read_rank_set
+    from xsim_trace.io import check_output_folder, read_rank_set
     from xsim_trace.replay.api import compile_checked
     from xsim_trace.replay.columnar import compile_rank_files, read_rank_files
     from xsim_trace.report import write_reports
 
     from xsim_trace.devices.catalog import catalog_for
 
+    check_output_folder(args.out)  # before the replay, not after it
     settings = settings_from_args(args)
     # resolved once, handed down; without --device-file, None: the built-in catalog, parsed (YAML,
     # ~0.05-0.1 s) only if a non-generic device name needs it
