@@ -95,3 +95,32 @@ def test_an_output_folder_that_is_a_file_is_refused_first(argv, tmp_path, capsys
     assert f"file {out}" in err and "is not a folder" in err
     assert out.read_bytes() == KEEP
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "taken"]
+
+
+def test_rewrite_refuses_a_template_source_with_a_cycle(tmp_path, capsys):
+    import dataclasses
+    import json
+
+    from rewrite_helpers import plan_dict
+    from xsim_trace.graph.model import Trace
+    from xsim_trace.io import read_rank_set, write_rank_set
+
+    gen = tmp_path / "gen" / "tiny"
+    assert main(["-q", "generate", "--model", "gpt3-1.3b", "--layers", "4", "--seq-len", "256", "--tp", "2",
+                 "--device", "A100-SXM4-80GB", "--out", str(gen)]) == 0
+    rs = read_rank_set(str(gen))
+    nodes = list(rs.traces[0].nodes)
+    a, b = nodes[3], nodes[4]
+    nodes[3] = dataclasses.replace(a, ctrl_deps=(*a.ctrl_deps, b.id))
+    nodes[4] = dataclasses.replace(b, ctrl_deps=(*b.ctrl_deps, a.id))
+    write_rank_set(str(gen), {**rs.traces, 0: Trace(rs.traces[0].metadata, tuple(nodes), rank=0)}, rs.comm_groups)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_dict(model={"preset": "gpt3-1.3b", "num_layers": 4, "seq_len": 256})))
+    capsys.readouterr()
+    out = tmp_path / "rw" / "x"
+    assert main(["rewrite", str(gen), "--tp", "2", "--plan", str(plan), "--out", str(out)]) == 2  # was written
+    err = _one_error_line(capsys)
+    assert "tiny.0.et" in err and f"node {a.id}" in err and "cycle" in err
+    assert not out.parent.exists()
+    assert main(["plan", "compare", str(plan), "--source", str(gen), "--tp", "2"]) == 2
+    assert "cycle" in _one_error_line(capsys)

@@ -10,6 +10,7 @@ from xsim_trace.cli.device_file import add_device_file, resolve_device, run_cata
 from xsim_trace.devices.catalog import Catalog
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
+from xsim_trace.graph.model import Trace
 from xsim_trace.io import find_rank_files, read_et, write_rank_set
 from xsim_trace.plan.model import Plan
 from xsim_trace.plan.parse import load_plan
@@ -65,12 +66,22 @@ def load_template(source: str, plan: Plan, *, device: DeviceSpec | None = None, 
         if rank not in files:
             raise ConfigError(f"rank {rank} is not in the set (ranks 0..{max(files)})", file=source, field="--rank")
         trace = read_et(files[rank])
+    _refuse_broken(trace)
     if check:
         from xsim_trace.rewrite.guards import check_source_device, check_trace_shape
 
         check_trace_shape(trace, plan.model, source=source, flag="--allow-mismatch")
         check_source_device(trace, device, source=source, flag="--allow-mismatch", catalog=catalog)
     return extract_templates(trace, device=device, tp=tp, model=plan.model, catalog=catalog)
+
+
+def _refuse_broken(trace: Trace) -> None:
+    """A template source whose graph is broken (a cycle, duplicate ids, values out of range) is
+    refused as replay refuses it; a dependency on a node absent from the file is not (templates take
+    per-layer kernel times, not the dependencies, and captures often reference nodes outside the step)."""
+    from xsim_trace.graph.checks import ProblemKind, check_trace, raise_problems
+
+    raise_problems([p for p in check_trace(trace) if p.kind is not ProblemKind.DANGLING_DEP])
 
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
