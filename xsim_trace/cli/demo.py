@@ -155,7 +155,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                   "measured offset)")
         print(f"           {len(rs.traces)} ranks, {nodes:,} nodes, on {cluster.name} ({cluster.num_ranks} GPUs) with the "
               f"{backend.name} backend, {settings.chunks} chunk(s) / {settings.in_flight} in flight per collective\n")
-        result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=getattr(args, "quiet", False),
+        result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=args.quiet,
                             drop_missing_deps=args.drop_missing_deps, fold=not args.no_fold)
         paths = write_reports(result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
                               trace=shown_prefix, cluster=cluster.name)

@@ -51,9 +51,10 @@ def _space(args: argparse.Namespace, cluster: Any):
 
     if args.objective not in OBJECTIVES:
         raise ConfigError(f"unknown objective {args.objective!r} (choose {', '.join(OBJECTIVES)})", field="--objective")
-    for name in ("gbs", "mbs", "top", "jobs", "max_stages"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"expected a positive integer, found {getattr(args, name)}", field=f"--{name.replace('_', '-')}")
+    counts = {"--gbs": args.gbs, "--mbs": args.mbs, "--top": args.top, "--jobs": args.jobs, "--max-stages": args.max_stages}
+    for flag, value in counts.items():
+        if value < 1:
+            raise ConfigError(f"expected a positive integer, found {value}", field=flag)
     if args.gbs % args.mbs:
         raise ConfigError(f"global batch {args.gbs} is not a multiple of the micro-batch size {args.mbs}", field="--gbs")
     if args.jobs > 1 and args.ray:
@@ -175,7 +176,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     space = _space(args, cluster)
     template = templates_from_model(space.model, space.groups[0].device_spec, 1)
     replay, many = _replayers(args, template, cluster)
-    prog = _Progress(getattr(args, "quiet", False))
+    prog = _Progress(args.quiet)
     try:
         result = search(space, template, objective=args.objective, top_k=args.top, budget_s=args.budget,
                         replay=replay, replay_many=many, replay_top=args.replay, progress=prog)

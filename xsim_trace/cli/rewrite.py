@@ -87,7 +87,7 @@ def _refuse_broken(trace: Trace) -> None:
 def cmd_rewrite(args: argparse.Namespace) -> int:
     catalog = run_catalog(args)
     plan = load_plan(args.plan, catalog=catalog).with_strategy(reshard=args.reshard, partition=args.partition)
-    template = load_template(args.source, plan, device=resolve_device(args, catalog), tp=args.tp, rank=args.rank,
+    template = load_template(args.source, plan, device=resolve_device(args.device, catalog), tp=args.tp, rank=args.rank,
                              check=not args.allow_mismatch, catalog=catalog)
     res: RewriteResult = rewrite(plan, template)
     write_rank_set(args.out, res.traces, res.comm_groups)
