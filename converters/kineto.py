@@ -577,6 +577,27 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
     """Phase 6: cross-stream edges (cudaStreamWaitEvent: the recorded event's stream -> the next
     launch's stream), synchronize calls after the work they wait for, blocking copies after their
     op.  Edges the timestamps contradict are dropped (counted)."""
+    idx = _launch_index(win, lau)
+    _stream_wait_edges(idx, lau, gpu_node, stats)
+    _sync_edges(idx, lau, gpu_node, stats)
+    for y, e in lau.blocking:
+        for g in win.gpu_by_corr[e.correlation]:
+            y.ctrl_deps.append(gpu_node[g.index])
+
+
+@dataclass(frozen=True, slots=True)
+class _LaunchIndex:
+    """The GPU ops in launch order, per host thread and all together, with their launch times (the
+    bisect keys), and each thread's event-record call times."""
+
+    launches: dict[Any, list[tuple[int, Event]]]
+    keys: dict[Any, list[int]]
+    all_launches: list[tuple[int, Event]]
+    all_keys: list[int]
+    rec_times: dict[Any, list[int]]
+
+
+def _launch_index(win: _Window, lau: _Launches) -> _LaunchIndex:
     launches: dict[Any, list[tuple[int, Event]]] = {}
     for corr, ev_list in win.gpu_by_corr.items():
         rt = win.runtime_by_corr[corr]
@@ -587,24 +608,20 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
         lst.sort(key=lambda x: (x[0], x[1].index))
     keys = {tid: [x[0] for x in lst] for tid, lst in launches.items()}
     rec_times = {tid: sorted(r.ts_ns for r, t in lau.records if t == tid) for tid in {t for _, t in lau.records}}
+    return _LaunchIndex(launches, keys, all_launches, [x[0] for x in all_launches], rec_times)
 
-    def add_edge(a: Event, bnode: GNode, b_start: int) -> None:
-        an = gpu_node[a.index]
-        if an is bnode:
-            return
-        if a.end_ns <= b_start:
-            bnode.ctrl_deps.append(an)
-        else:
-            stats["dropped_edges"] += 1
 
+def _stream_wait_edges(idx: _LaunchIndex, lau: _Launches, gpu_node: dict[int, GNode], stats: dict[str, int]) -> None:
+    """A stream-wait call: the next launch on its thread waits for the last op launched on another
+    stream before the event was recorded."""
     for w, tid in lau.waits:
-        lst, ks = launches.get(tid, []), keys.get(tid, [])
+        lst, ks = idx.launches.get(tid, []), idx.keys.get(tid, [])
         j = bisect.bisect_right(ks, w.ts_ns)
         if j >= len(lst):
             continue
         b_ev = lst[j][1]
         limit = w.ts_ns
-        recs = rec_times.get(tid, [])
+        recs = idx.rec_times.get(tid, [])
         r = bisect.bisect_right(recs, w.ts_ns) - 1
         if r >= 0:
             limit = recs[r]
@@ -612,17 +629,28 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
         while i >= 0 and lst[i][1].stream == b_ev.stream and r < 0:
             i -= 1
         if i >= 0 and lst[i][1].stream != b_ev.stream:
-            add_edge(lst[i][1], gpu_node[b_ev.index], b_ev.ts_ns)
-    all_keys = [x[0] for x in all_launches]
+            a, bnode = lst[i][1], gpu_node[b_ev.index]
+            an = gpu_node[a.index]
+            if an is bnode:
+                continue
+            if a.end_ns <= b_ev.ts_ns:
+                bnode.ctrl_deps.append(an)
+            else:
+                stats["dropped_edges"] += 1
+
+
+def _sync_edges(idx: _LaunchIndex, lau: _Launches, gpu_node: dict[int, GNode], stats: dict[str, int]) -> None:
+    """A synchronize call returns after the work it waits for: every stream's last op launched before
+    it (device synchronize), else the last op of the stream its thread launched on last."""
     for y, e, tid in lau.syncs:
-        before = all_launches[:bisect.bisect_left(all_keys, e.ts_ns)]
+        before = idx.all_launches[:bisect.bisect_left(idx.all_keys, e.ts_ns)]
         if e.name.endswith("DeviceSynchronize"):
             last: dict[Any, Event] = {}
             for _, g in before:
                 last[g.stream] = g
             targets = list(last.values())
         else:
-            mine = [g for _, g in launches.get(tid, [])[:bisect.bisect_left(keys.get(tid, []), e.ts_ns)]]
+            mine = [g for _, g in idx.launches.get(tid, [])[:bisect.bisect_left(idx.keys.get(tid, []), e.ts_ns)]]
             targets = []
             if mine:
                 stream = mine[-1].stream
@@ -632,9 +660,6 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
                 y.ctrl_deps.append(gpu_node[g.index])
             else:
                 stats["dropped_edges"] += 1
-    for y, e in lau.blocking:
-        for g in win.gpu_by_corr[e.correlation]:
-            y.ctrl_deps.append(gpu_node[g.index])
 
 
 def _rank_metadata(kt: KinetoTrace, rank: int, world_size: int, sel: Step) -> dict[str, Any]:
