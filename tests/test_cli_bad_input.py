@@ -60,7 +60,7 @@ def test_calibrate_output_that_is_a_folder_is_an_output_error(tmp_path, capsys):
     folder = tmp_path / "taken"
     folder.mkdir()
     (folder / "inside").write_bytes(KEEP)
-    assert main(["-q", "calibrate", "nccl-tests", str(log), "-o", str(folder)]) == 2  # was exit 3 (IsADirectoryError)
+    assert main(["calibrate", "nccl-tests", str(log), "-o", str(folder)]) == 2  # was exit 3 (IsADirectoryError)
     assert "a folder has this name" in _one_error_line(capsys)
     assert [p.name for p in folder.iterdir()] == ["inside"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from xsim_trace.cli.device_file import add_device_file, run_catalog
-from xsim_trace.errors import ConfigError, FormatError
-from xsim_trace.io.atomic import atomic_write
+from xsim_trace.errors import ConfigError, FormatError, OutputError
+from xsim_trace.io.atomic import atomic_write, check_output_folder
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,13 @@ def _check_times(runs) -> None:
                                       file=f"{run.file}:{row.line}")
 
 
+def _check_output(path: Path) -> None:
+    """Refuse, before the fit, an output path that is a folder or lies under a file."""
+    if path.is_dir():
+        raise OutputError("cannot write the output: a folder has this name", file=str(path))
+    check_output_folder(path.parent)
+
+
 def _check_nodes(nodes: int | None) -> None:
     if nodes is not None and nodes < 1:
         raise ConfigError(f"expected a positive node count, found {nodes}", field="--nodes")
@@ -98,6 +105,7 @@ def _nccl_tests(args: argparse.Namespace) -> int:
     from xsim_trace.network.nccl.calibrate import calibrate, calibrated_cluster  # noqa: PLC0415
     from xsim_trace.network.nccl.nccltests import parse_nccl_tests  # noqa: PLC0415
 
+    _check_output(Path(args.output))
     kind = CollKind.parse(args.collective, field="--collective") if args.collective else None
     _check_nodes(args.nodes)
     runs = [parse_nccl_tests(p, collective=kind, nodes=args.nodes) for p in args.logs]
