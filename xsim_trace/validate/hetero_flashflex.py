@@ -52,6 +52,9 @@ from xsim_trace.validate.hetero_rows import RawRow, RowError, parse_gpus
 
 #: micro-batch of every FlashFlex run (experimental/arguments.py ``--micro_bsz`` default 1)
 FLASHFLEX_MICRO_BATCH = 1
+#: FSDP's gradient dtype: ``hexiscale/wrap_modules.py`` builds ``MixedPrecision(reduce_dtype=mixed_precision)``, fp16
+#: under ``--mixed_precision fp16`` (scripts/train.sh), so the DP reduction moves 2 bytes per parameter
+FLASHFLEX_GRAD_REDUCE_BYTES = 2
 #: global batch when the row gives none: ``xsim plan search``'s own default (``--gbs 64``), not a FlashFlex figure
 DEFAULT_GLOBAL_BATCH = 64
 #: FlashFlex's assumed inter-machine bandwidth (experimental/arguments.py ``--inter_bw`` default 5; GiB/s, as
@@ -82,6 +85,7 @@ class FlashFlexRun:
     node_sets: tuple[NodeSet, ...]
     peak_tflops: float  # summed repository peaks ("TFLOPS" of 2^40)
     measured_mfu_pct: float
+    megatron: bool = False  # the README's homogeneous baselines ran Megatron, not FlashFlex (the ``plan`` column)
 
     @property
     def flops_per_step(self) -> float:
@@ -152,7 +156,8 @@ def flashflex_model(raw: RawRow) -> ModelSpec:
     mbs, _ = _positive(raw, "mbs", FLASHFLEX_MICRO_BATCH)
     name = raw.fields.get("model", "").strip() or "llama"
     return ModelSpec(num_layers=layers, hidden=hidden, heads=heads, ffn_hidden=ffn, vocab=vocab, seq_len=seq,
-                     micro_batch_size=mbs, gated_mlp=True, name=name, recompute=True, flash_attention=True)
+                     micro_batch_size=mbs, gated_mlp=True, name=name, recompute=True, flash_attention=True,
+                     grad_reduce_bytes=FLASHFLEX_GRAD_REDUCE_BYTES)
 
 
 #: ``1x8 RTX 3090-24G`` (nodes x GPUs per node, then the GPU) or ``2 nodes x 8x A100-PCIe``
@@ -216,7 +221,8 @@ def flashflex_run(raw: RawRow) -> FlashFlexRun:
         if ns.device not in FLASHFLEX_PEAK_TFLOPS:
             raise RowError(raw.row_id, "gpus", f"{ns.device} has no peak in FlashFlex's experimental/machine_amounts.json")
         peak += FLASHFLEX_PEAK_TFLOPS[ns.device] * ns.nodes * ns.per_node
-    return FlashFlexRun(raw.row_id, model, gbs, from_row, sets, peak, mfu)
+    megatron = "megatron" in raw.fields.get("plan", "").lower()
+    return FlashFlexRun(raw.row_id, model, gbs, from_row, sets, peak, mfu, megatron)
 
 
 def plan_groups(run: FlashFlexRun, pcie_efficiency: float, nvlink_efficiency: float, nic_gbps_per_node: float
@@ -237,8 +243,14 @@ def plan_groups(run: FlashFlexRun, pcie_efficiency: float, nvlink_efficiency: fl
 
 
 def search_space(run: FlashFlexRun, groups: tuple[DeviceGroup, ...]) -> Space:
+    """What the engine that ran the row can deploy: every GPU of the cluster, a stage's data-parallel replicas side
+    by side (FlashFlex's ``--devices_id`` puts stage k of every pipeline on one machine; Megatron's rank order is
+    TP, then DP, then PP); FlashFlex: GPipe with the optimizer state sharded over DP (FSDP ``SHARD_GRAD_OP``);
+    Megatron: 1F1B, every replica holding its whole optimizer state (no ``--use-distributed-optimizer``)."""
+    schedule = Schedule.ONE_F_ONE_B if run.megatron else Schedule.GPIPE
     return Space(groups, run.model, run.global_batch // run.model.micro_batch_size,
-                 schedules=((Schedule.GPIPE, 1),))
+                 schedules=((schedule, 1),), distributed_optimizer=not run.megatron, placement="stage",
+                 every_device=True)
 
 
 def predict_flashflex(raw: RawRow, cal) -> FlashFlexPrediction:
