@@ -17,14 +17,23 @@ choice either read in the repository or a stated default of this tool (docs/vali
   fitted PCIe efficiency; between nodes one Ethernet NIC per node at FlashFlex's own assumed inter-machine
   bandwidth (``experimental/arguments.py --inter_bw`` default 5, GiB/s by ``experimental/utils.py``), through
   xsim's TCP model (:func:`~xsim_trace.validate.hetero_predict.nic_achievable_gbps`);
+- the engine: FlashFlex wraps every layer in FSDP ``SHARD_GRAD_OP`` when its data-parallel peers share a TP size
+  (``llama/modules/hybrid_parallel_model_dist.py`` ``get_hybrid_parallel_configs``; ``hexiscale/wrap_modules.py``),
+  with ``MixedPrecision(reduce_dtype=fp16)``: the optimizer state is sharded over the replicas and gradients move in
+  fp16; ``hexiscale/fsdp_hooks_utils.py`` removes the post-backward reduce-scatter hooks for every micro-batch but
+  the last, so the gradient sync happens once per iteration (parameters gathered once and kept, not per
+  micro-batch), which is the volume of one all-reduce;  ``--devices_id`` (``scripts/generate_hetero_scripts.sh``)
+  puts stage k of every pipeline on one machine: a stage's DP peers share a node (``placement="stage"``); the
+  README's homogeneous baselines ran Megatron (1F1B, no distributed optimizer, TP-DP-PP rank order: the same
+  placement); both engines run on every GPU of the cluster (``every_device``);
 - the plan: ``xsim plan search`` (objective step, closed form) over that cluster and model;
 - the MFU: ``96 L B s h^2 (1 + s/6h + V/16Lh)`` FLOPs per step over the step time and the summed peak of every GPU
   of the row, peaks from ``experimental/machine_amounts.json`` in units of 2^40 FLOP/s
   (:mod:`xsim_trace.validate.hetero_mfu`).
 
 The measured MFU at that batch is an iteration time (FLOPs / (MFU x peak)); the row's error is the predicted step
-against it, like every timed row.  What the prediction does not describe (FSDP's per-micro-batch parameter
-gathers, FlashFlex's own partitioner) is in docs/validation.md.
+against it, like every timed row.  What the prediction does not describe (HexiScale's own partitioner, which need
+not find the closed form's optimum; the consumer GPUs' uncalibrated GEMM rate) is in docs/validation.md.
 """
 
 from __future__ import annotations
@@ -61,9 +70,10 @@ DEFAULT_GLOBAL_BATCH = 64
 #: experimental/utils.py multiplies it by 1024**3)
 FLASHFLEX_INTER_GiBps = 5.0
 #: the plan search's budget per row, counted in structures costed (best lower bound first) instead of wall seconds,
-#: so that the chosen plan does not depend on the machine: a four-group cluster has ~650,000 structures, which the
-#: CLI's 600 s wall budget cuts off too, at a point that varies with the CPU
-SEARCH_STRUCTURES = 1000
+#: so that the chosen plan does not depend on the machine.  With every GPU in use (``Space.every_device``) the
+#: README clusters have 14-16,216 structures and branch and bound ends on its own after 2-2,700 of them (seconds),
+#: so the budget is only a guard: each row's plan is the closed form's optimum over the space
+SEARCH_STRUCTURES = 50_000
 
 
 @dataclass(frozen=True, slots=True)
