@@ -63,8 +63,8 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
     pipe = plan.pipelines[index]
     p, v = len(pipe.stages), plan.chunks
     probe = replace(plan, pipelines=(pipe,))
-    if plan.placement == "stage":  # where a stage sits depends on its replicas: the slowest of them
-        lay, probe, mine = layout(plan), plan, [i for i, q in enumerate(plan.pipelines) if q is pipe] or [index]
+    if plan.placement == "stage":  # where a stage sits depends on the replicas: the slowest of those alike
+        lay, probe, mine = layout(plan), plan, [i for i, q in enumerate(plan.pipelines) if q.stages == pipe.stages]
     else:
         lay, mine = layout(probe), [0]
     info = {r.rank: r for r in lay.ranks}
