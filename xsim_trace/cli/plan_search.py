@@ -37,6 +37,12 @@ def register(psub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-mixed", action="store_true", help="only group replicas (no pipeline through several groups)")
     s.add_argument("--hetero-tp", action="store_true",
                    help="also TP groups over two device groups (half the TP ranks on each, paced by the slower)")
+    s.add_argument("--placement", choices=("pipeline", "stage"), default="pipeline",
+                   help="where ranks sit: pipeline after pipeline (default) or stage by stage (a stage's data-parallel "
+                        "replicas side by side, as HexiScale / FlashFlex and Megatron's rank order place them)")
+    s.add_argument("--every-device", action="store_true", help="only plans that use every device of the cluster")
+    s.add_argument("--distributed-optimizer", action="store_true",
+                   help="plans shard the optimizer state over their data-parallel replicas (ZeRO-1 / FSDP SHARD_GRAD_OP)")
     s.add_argument("--out", required=True, metavar="DIR", help="writes DIR/best_plan.yaml and DIR/search.json")
     add_device_file(s)
     s.set_defaults(func=cmd_search)
@@ -65,7 +71,8 @@ def _space(args: argparse.Namespace, cluster: Any):
         raise ConfigError(exc.message, field="--model") from None
     model = ModelSpec.from_workload(wm, seq_len=args.seq_len, micro_batch_size=args.mbs)
     return Space(groups_from_cluster(cluster), model, args.gbs // args.mbs, max_stages=args.max_stages,
-                 mixed=not args.no_mixed, hetero_tp=args.hetero_tp)
+                 mixed=not args.no_mixed, hetero_tp=args.hetero_tp, placement=args.placement,
+                 every_device=args.every_device, distributed_optimizer=args.distributed_optimizer)
 
 
 def _replay_one(job: tuple) -> int | None:
