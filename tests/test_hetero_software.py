@@ -69,3 +69,6 @@ def test_tcp_rate_is_framing_limited_below_the_fitted_ceiling():
     assert nic_achievable_gbps(10, "ethernet", FITTED) == pytest.approx(9.415, abs=1e-3)
     assert nic_achievable_gbps(50, "ethernet", FITTED) == FITTED.tcp_ceiling_Gbps
     assert nic_achievable_gbps(200, "ib", FITTED) == pytest.approx(200 * FITTED.tcp_efficiency)
+    # AWS VPC jumbo frames (the aws-* presets' nccl.mtu_bytes 9001): 8949 B of payload per 9039 B of wire time
+    assert nic_achievable_gbps(10, "ethernet", FITTED, mtu_bytes=9001) == pytest.approx(10 * 8949 / 9039)
+    assert nic_achievable_gbps(50, "ethernet", FITTED, mtu_bytes=9001) == FITTED.tcp_ceiling_Gbps

@@ -16,7 +16,7 @@ Calibration: the shipped constants (hetero_predict.FITTED) were fitted on the ho
 refits them (on the homogeneous rows of the CSV) before predicting, ``--cv K`` prints K-fold cross-validated
 figures for the homogeneous rows (each predicted with constants fitted without its fold).
 
-usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--exclude-suspect] [--fit]
+usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--rows IDS] [--exclude-suspect] [--fit]
                                 [--cv K] [--rounds N] [--breakdown] [--nic-gbps PRESET=GBPS ...]
 """
 
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", default=str(DEFAULT_CSV), help="measured rows (default: %(default)s)")
     ap.add_argument("--select", choices=("all", "hetero", "homogeneous"), default="all")
+    ap.add_argument("--rows", default="", metavar="IDS",
+                    help="only these rows (comma-separated row_ids, e.g. H037,H073), for iterating on a few rows; "
+                         "--fit / --cv still use every homogeneous row")
     ap.add_argument("--exclude-suspect", action="store_true", help="leave out rows whose notes say SUSPECT")
     ap.add_argument("--fit", action="store_true", help="refit the constants on the CSV's homogeneous rows first")
     ap.add_argument("--cv", type=int, default=0, metavar="K", help="K-fold cross-validation of the homogeneous rows")
@@ -92,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         cal = fit(_homogeneous_rows(raws), rounds=args.rounds)
         print(f"# fitted on the homogeneous rows: {cal}")
-    results = evaluate(raws, cal)
+    wanted = {x.strip() for x in args.rows.split(",") if x.strip()}
+    unknown = wanted - {raw.row_id for raw in raws}
+    if unknown:
+        print(f"error: --rows: no row {', '.join(sorted(unknown))} in {args.csv}", file=sys.stderr)
+        return 2
+    results = evaluate([raw for raw in raws if not wanted or raw.row_id in wanted], cal)
     if args.cv:
         cv = {r.row_id: r for r in cross_validate(_homogeneous_rows(raws), args.cv, rounds=args.rounds)}
         print(f"# {args.cv}-fold cross-validated homogeneous rows (constants fitted without the row's fold):")

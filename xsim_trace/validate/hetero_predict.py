@@ -284,7 +284,8 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
             nic = group.nccl.net_bw_GBps
         else:
             gbps = gbps if gbps is not None else (group.nic.nic_gbps if group.nic else 0.0)
-            nic = gbps_to_GBps(group.nic.count * nic_achievable_gbps(gbps, group.nccl.net, cal)) if group.nic else raw
+            nic = gbps_to_GBps(group.nic.count * nic_achievable_gbps(gbps, group.nccl.net, cal,
+                                                                     mtu_bytes=group.nccl.mtu_bytes)) if group.nic else raw
         out.append(NodeLinks(intra, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0,
                              nic_sockets=group.nic is not None and group.nccl.net == "ethernet"))
     return tuple(out)
@@ -295,14 +296,15 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
 TCP_FRAMING = tcp_framing(1500)
 
 
-def nic_achievable_gbps(line_gbps: float, net: str, cal: HeteroCalibration) -> float:
-    """What NCCL moves through one NIC: over Ethernet (TCP sockets) the line rate less the TCP/IP framing, capped
+def nic_achievable_gbps(line_gbps: float, net: str, cal: HeteroCalibration, *, mtu_bytes: int | None = None) -> float:
+    """What NCCL moves through one NIC: over Ethernet (TCP sockets) the line rate less the TCP/IP framing at
+    ``mtu_bytes`` (the preset's ``nccl.mtu_bytes``; default 1500, AWS VPCs 9001: 0.990 of the line rate), capped
     by the host's socket path (``tcp_ceiling_Gbps``, fitted on the 50 Gb/s T4 rows, where it is the limit); a
     10 Gb/s NIC stays below the ceiling and runs at the framing limit.  The framing and the cap are the network
     model's (:func:`~xsim_trace.network.nccl.ethernet.ethernet_payload_gbps`), with this calibration's ceiling.
     Other fabrics: the line rate times ``tcp_efficiency``."""
     if net == "ethernet":
-        return ethernet_payload_gbps(line_gbps, socket_ceiling_gbps=cal.tcp_ceiling_Gbps)
+        return ethernet_payload_gbps(line_gbps, mtu_bytes=mtu_bytes, socket_ceiling_gbps=cal.tcp_ceiling_Gbps)
     return line_gbps * cal.tcp_efficiency
 
 
