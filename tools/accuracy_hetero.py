@@ -16,7 +16,7 @@ Calibration: the shipped constants (hetero_predict.FITTED) were fitted on the ho
 refits them (on the homogeneous rows of the CSV) before predicting, ``--cv K`` prints K-fold cross-validated
 figures for the homogeneous rows (each predicted with constants fitted without its fold).
 
-usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--exclude-suspect] [--fit]
+usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--rows IDS] [--exclude-suspect] [--fit]
                                 [--cv K] [--rounds N] [--breakdown] [--nic-gbps PRESET=GBPS ...]
                                 [--rows H142-H149,H001 ...]
 """
@@ -63,7 +63,8 @@ def _homogeneous_rows(raws):
 
 
 def _row_filter(spec: str):
-    """``H142-H149,H001``: the row ids named or inside a range (same prefix, numbers compared)."""
+    """``H142-H149,H001``: a test for the row ids named or inside a range (same prefix, numbers compared), and
+    the ids named one by one."""
     singles, ranges = set(), []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         if "-" in part:
@@ -81,7 +82,7 @@ def _row_filter(spec: str):
         m = re.fullmatch(r"(\D*)(\d+)", row_id)
         return bool(m) and any(m.group(1) == pre and lo <= int(m.group(2)) <= hi for pre, lo, hi in ranges)
 
-    return keep
+    return keep, frozenset(singles)  # the ids named one by one must each be a row of the file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="what-if: every NIC of a cluster preset at this line rate (e.g. mit-rtx=1); the rows "
                          "are then no longer predictions from stated links")
     ap.add_argument("--rows", default="", metavar="IDS",
-                    help="only these rows: ids and ranges, e.g. H142-H149,H001 (the summary counts only them)")
+                    help="only these rows: ids and ranges, e.g. H142-H149,H037 (the summary counts only them; "
+                         "--fit / --cv still use every homogeneous row)")
     args = ap.parse_args(argv)
     try:
         raws = read_rows(args.csv)
@@ -108,11 +110,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.rows:
         try:
-            keep = _row_filter(args.rows)
+            keep, named = _row_filter(args.rows)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         todo = [r for r in raws if keep(r.row_id)]  # --fit / --cv still use every homogeneous row
+        unknown = sorted(named - {r.row_id for r in raws})
+        if unknown:
+            print(f"error: --rows: no row {', '.join(unknown)} in {args.csv}", file=sys.stderr)
+            return 2
         if not todo:
             print(f"error: --rows {args.rows!r} matches no row of {args.csv}", file=sys.stderr)
             return 2
