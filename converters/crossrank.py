@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from xsim_trace.graph import attrs as A
 from xsim_trace.graph.kinds import CollectiveType, NodeType
 
+from converters.common import GNode
 from converters.nccl import CommInfo, CommKind
 
 log = logging.getLogger(__name__)
@@ -29,13 +30,20 @@ P2P_TAG_BASE = 1 << 20
 ALLTOALL_MODES = ("p2p", "coll")
 
 
+class IssuedOp(Protocol):
+    """One NCCL operation of a rank as cross-rank processing reads it (converters.kineto.CommOp)."""
+
+    node: GNode
+    info: CommInfo
+    issue_ns: int
+
+
 @dataclass(slots=True)
 class RankOps:
-    """What cross-rank processing needs from one rank: its ops in issue order (objects with
-    ``.node`` (a GNode), ``.info`` (CommInfo), ``.issue_ns``)."""
+    """What cross-rank processing needs from one rank: its NCCL operations."""
 
     rank: int
-    ops: list
+    ops: Sequence[IssuedOp]
 
 
 def circle_rounds(members: Sequence[int]) -> list[list[tuple[int, int]]]:
@@ -74,6 +82,16 @@ def group_members(info: CommInfo, world_size: int) -> tuple[int, ...]:
     return tuple(range(world_size))
 
 
+@dataclass(slots=True)
+class _Seen:
+    """What :func:`assign` gathers over the ranks: the largest member list per process group, each
+    rank's sequence of operation kinds per group, and coll-mode all-to-alls by (pg, issue index)."""
+
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    sequences: dict[str, dict[int, list[str]]] = field(default_factory=dict)
+    uneven: dict[tuple[str, int], list] = field(default_factory=dict)
+
+
 def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> dict[str, tuple[int, ...]]:
     """Set the Chakra comm attributes on every comm node; return the comm groups.
 
@@ -82,68 +100,80 @@ def assign(ranks: Iterable[RankOps], world_size: int, alltoall: str = "p2p") -> 
     left out, every other group has a positive integer id.
     """
     ranks = list(ranks)
-    groups: dict[str, tuple[int, ...]] = {}
-    sequences: dict[str, dict[int, list[str]]] = {}
-    uneven: dict[tuple[str, int], list] = {}  # coll-mode all-to-alls by (pg, issue index)
+    seen = _Seen()
     for r in ranks:
-        issue: dict[str, int] = {}
-        pair_count: dict[tuple[str, int, int], int] = {}
-        for op in sorted(r.ops, key=lambda o: (o.issue_ns, o.node.seq)):
-            info: CommInfo = op.info
-            members = group_members(info, world_size)
-            pg = info.pg_name or "0"
-            if pg not in groups or len(members) > len(groups[pg]):
-                groups[pg] = members
-            index = issue.get(pg, 0)
-            issue[pg] = index + 1
-            what = info.coll.name if info.coll is not None else info.kind.value
-            sequences.setdefault(pg, {}).setdefault(r.rank, []).append(what)
-            node = op.node
-            node.attrs[A.PG_NAME] = pg
-            if info.kind is CommKind.COLLECTIVE:
-                if info.coll is CollectiveType.ALL_TO_ALL and alltoall == "p2p" and len(members) > 1:
-                    _expand_alltoall(node, info, r.rank, members, index)
-                else:
-                    node.attrs[A.COMM_TYPE] = int(info.coll)  # type: ignore[arg-type]
-                    node.attrs[A.COMM_SIZE] = info.size_bytes
-                    if info.coll is CollectiveType.ALL_TO_ALL:
-                        uneven.setdefault((pg, index), []).append(node)
-                continue
-            peer = info.peer
-            if peer is None:
-                log.warning("rank %d: %s without a known peer; kept as compute", r.rank, node.name)
-                node.type = NodeType.COMP
-                node.timed = True
-                continue
-            src, dst = (r.rank, peer) if info.kind is CommKind.SEND else (peer, r.rank)
-            key = (pg, src, dst)
-            tag = P2P_TAG_BASE + pair_count.get(key, 0)
-            pair_count[key] = pair_count.get(key, 0) + 1
-            node.type = NodeType.COMM_SEND if info.kind is CommKind.SEND else NodeType.COMM_RECV
-            node.attrs.update({A.COMM_SRC: src, A.COMM_DST: dst, A.COMM_TAG: tag, A.COMM_SIZE: info.size_bytes})
-    unsized = sum(1 for r in ranks for op in r.ops if op.info.kind is CommKind.COLLECTIVE
-                  and op.info.coll is not CollectiveType.BARRIER and op.info.size_bytes == 0)
-    if unsized:
-        log.warning("%d collective%s no size: the capture was taken without record_shapes; the replay keeps "
-                    "their measured duration", unsized, "s have" if unsized != 1 else " has")
+        _assign_rank(r, world_size, alltoall, seen)
+    _warn_unsized(ranks)
     # an uneven all-to-all moves different bytes per rank; one COMM_COLL needs one size: the largest
-    for nodes in uneven.values():
+    for nodes in seen.uneven.values():
         size = max(n.attrs[A.COMM_SIZE] for n in nodes)
         for n in nodes:
             n.attrs[A.COMM_SIZE] = size
-    for pg, per_rank in sorted(sequences.items()):
+    for pg, per_rank in sorted(seen.sequences.items()):
         seqs = {tuple(v) for v in per_rank.values()}
         if len(seqs) > 1:
             log.warning("process group %s: ranks issue different NCCL sequences (%s)", pg,
                         "; ".join(f"rank {k}: {len(v)} ops" for k, v in sorted(per_rank.items())))
     match_p2p_sizes(ranks)
-    rename = astra_group_ids(groups, world_size)
+    rename = astra_group_ids(seen.groups, world_size)
     for r in ranks:
         for op in r.ops:
             attrs = op.node.attrs
             if A.PG_NAME in attrs:
                 attrs[A.PG_NAME] = rename[attrs[A.PG_NAME]]
-    return {rename[pg]: members for pg, members in groups.items() if rename[pg] != WORLD_PG}
+    return {rename[pg]: members for pg, members in seen.groups.items() if rename[pg] != WORLD_PG}
+
+
+def _assign_rank(r: RankOps, world_size: int, alltoall: str, seen: _Seen) -> None:
+    """One rank's operations in issue order: pg name, collective type and size, or p2p peer and tag."""
+    issue: dict[str, int] = {}
+    pair_count: dict[tuple[str, int, int], int] = {}
+    for op in sorted(r.ops, key=lambda o: (o.issue_ns, o.node.seq)):
+        info: CommInfo = op.info
+        members = group_members(info, world_size)
+        pg = info.pg_name or "0"
+        if pg not in seen.groups or len(members) > len(seen.groups[pg]):
+            seen.groups[pg] = members
+        index = issue.get(pg, 0)
+        issue[pg] = index + 1
+        what = info.coll.name if info.coll is not None else info.kind.value
+        seen.sequences.setdefault(pg, {}).setdefault(r.rank, []).append(what)
+        node = op.node
+        node.attrs[A.PG_NAME] = pg
+        if info.kind is CommKind.COLLECTIVE:
+            if info.coll is CollectiveType.ALL_TO_ALL and alltoall == "p2p" and len(members) > 1:
+                _expand_alltoall(node, info, r.rank, members, index)
+            else:
+                node.attrs[A.COMM_TYPE] = int(info.coll)  # type: ignore[arg-type]
+                node.attrs[A.COMM_SIZE] = info.size_bytes
+                if info.coll is CollectiveType.ALL_TO_ALL:
+                    seen.uneven.setdefault((pg, index), []).append(node)
+        else:
+            _set_p2p(node, info, r.rank, pg, pair_count)
+
+
+def _set_p2p(node: GNode, info: CommInfo, rank: int, pg: str, pair_count: dict[tuple[str, int, int], int]) -> None:
+    """A send or receive: its peer, and a tag counting the (pg, src, dst) pair's transfers so far."""
+    peer = info.peer
+    if peer is None:
+        log.warning("rank %d: %s without a known peer; kept as compute", rank, node.name)
+        node.type = NodeType.COMP
+        node.timed = True
+        return
+    src, dst = (rank, peer) if info.kind is CommKind.SEND else (peer, rank)
+    key = (pg, src, dst)
+    tag = P2P_TAG_BASE + pair_count.get(key, 0)
+    pair_count[key] = pair_count.get(key, 0) + 1
+    node.type = NodeType.COMM_SEND if info.kind is CommKind.SEND else NodeType.COMM_RECV
+    node.attrs.update({A.COMM_SRC: src, A.COMM_DST: dst, A.COMM_TAG: tag, A.COMM_SIZE: info.size_bytes})
+
+
+def _warn_unsized(ranks: Sequence[RankOps]) -> None:
+    unsized = sum(1 for r in ranks for op in r.ops if op.info.kind is CommKind.COLLECTIVE
+                  and op.info.coll is not CollectiveType.BARRIER and op.info.size_bytes == 0)
+    if unsized:
+        log.warning("%d collective%s no size: the capture was taken without record_shapes; the replay keeps "
+                    "their measured duration", unsized, "s have" if unsized != 1 else " has")
 
 
 #: the process group every simulator reads as "all ranks" without a comm-group entry

@@ -407,78 +407,96 @@ class _HostSegments:
         return cut_events
 
     def thread(self, th: _Thread, joins: list[int]) -> None:
-        b, out, sel, main = self.b, self.out, self.win.sel, self.ths.main
-        w0, w1 = sel.start_ns, sel.end_ns
-        scopes = _Scopes([e for e in th.events if e.cat in CPU_CATS])
-        stream_id = CPU_STREAM_BASE - th.index
-        ops = [e for e in th.events if e.cat in CPU_CATS]
-        last_end = max((e.end_ns for e in ops), default=max((e.end_ns for e in th.events), default=w0))
-        cursor: GNode | None = None
-        cursor_end = w0
-
-        def host_call(e: Event, dep: GNode | None) -> GNode:
-            nonlocal cursor, cursor_end
-            y = b.add(e.name, NodeType.COMP, e.ts_ns, e.end_ns, on_cpu=True, deps=[dep], fixed=False,
-                      **{A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)})
-            th.nodes.append(y)
-            th.ends.append(y.end)
-            cursor, cursor_end = y, e.end_ns
-            return y
-
-        def segment(t: int, extra: Iterable[GNode] = ()) -> GNode:
-            nonlocal cursor, cursor_end
-            here = scopes.at(t - 1)
-            op, module = _scope_names(here)
-            name = f"{module}/{op}" if module and op else (op or module or "cpu")
-            attrs: dict[str, Any] = {A.STREAM: stream_id, A.THREAD: _int_tid(th.tid)}
-            if module:
-                attrs[A.MODULE] = module
-            layer = _layer_of(module, op)
-            if layer is not None:
-                attrs[A.LAYER] = layer
-            node = b.add(name, NodeType.COMP, cursor_end, t, on_cpu=True, deps=[cursor, *extra], fixed=False, **attrs)
-            if self.annotate is not None:
-                inner = _innermost_op(here)
-                if inner is not None:
-                    _apply(node, self.annotate(inner))
-            th.nodes.append(node)
-            th.ends.append(node.end)
-            cursor, cursor_end = node, t
-            return node
-
-        pending_cross: list[GNode] = []
+        walk = _ThreadWalk(self, th)
         for t, kind, e in self._cuts(th, joins):
-            if t < cursor_end:
-                t = cursor_end
-            if kind == 2:  # a secondary thread's burst starts: after main's last node before it
-                i = bisect.bisect_right(main.ends, t) - 1
-                if i >= 0:
-                    pending_cross.append(main.nodes[i])
-                continue
-            if kind == 0:  # main thread: a secondary burst ended here; resume after it
-                if t > cursor_end:
-                    segment(t, pending_cross)
-                    pending_cross = []
-                continue
-            if e.name in SYNC_CALLS:
-                if t > cursor_end or cursor is None:
-                    segment(t, pending_cross)
-                    pending_cross = []
-                out.syncs.append((host_call(e, cursor), e, th.tid))
-                continue
-            stack = scopes.at(e.ts_ns)
-            node = segment(t, pending_cross)
-            pending_cross = []
-            out.node[e.correlation] = node
-            out.stack[e.correlation] = [(s.name, s.args) for s in reversed(stack)]
-            out.scope[e.correlation] = _scope_names(stack)
-            out.op[e.correlation] = _innermost_op(stack)
-            if e.name not in KERNEL_LAUNCH_CALLS and all(g.end_ns <= e.end_ns for g in self.win.gpu_by_corr[e.correlation]):
-                # a blocking copy / memset: the call returned when the GPU op was done
-                out.blocking.append((host_call(e, node), e))
-        tail = w1 if th is main and sel.number is not None else last_end
-        if tail > cursor_end or cursor is None:
-            segment(max(tail, cursor_end), pending_cross)
+            walk.cut(max(t, walk.cursor_end), kind, e)
+        walk.finish()
+
+
+class _ThreadWalk:
+    """Phase 3 on one host thread: a cursor (the thread's last node and where it ends), moved by each
+    cut in time order; a segment runs from the cursor to the cut and depends on the cursor and on the
+    main-thread nodes a secondary burst started after (``pending_cross``)."""
+
+    def __init__(self, segments: _HostSegments, th: _Thread) -> None:
+        self.b, self.out, self.win, self.annotate = segments.b, segments.out, segments.win, segments.annotate
+        self.main = segments.ths.main
+        self.th = th
+        self.scopes = _Scopes([e for e in th.events if e.cat in CPU_CATS])
+        self.stream_id = CPU_STREAM_BASE - th.index
+        ops = [e for e in th.events if e.cat in CPU_CATS]
+        w0 = self.win.sel.start_ns
+        self.last_end = max((e.end_ns for e in ops), default=max((e.end_ns for e in th.events), default=w0))
+        self.cursor: GNode | None = None
+        self.cursor_end = w0
+        self.pending_cross: list[GNode] = []
+
+    def cut(self, t: int, kind: int, e: Any) -> None:
+        """One cut of :meth:`_HostSegments._cuts` at ``t`` (not before the cursor)."""
+        if kind == 2:  # a secondary thread's burst starts: after main's last node before it
+            i = bisect.bisect_right(self.main.ends, t) - 1
+            if i >= 0:
+                self.pending_cross.append(self.main.nodes[i])
+        elif kind == 0:  # main thread: a secondary burst ended here; resume after it
+            if t > self.cursor_end:
+                self.segment(t)
+        elif e.name in SYNC_CALLS:
+            if t > self.cursor_end or self.cursor is None:
+                self.segment(t)
+            self.out.syncs.append((self.host_call(e, self.cursor), e, self.th.tid))
+        else:
+            self.launch(t, e)
+
+    def launch(self, t: int, e: Event) -> None:
+        """A GPU launch (or copy / memset call): the segment up to it, and what later phases need."""
+        out = self.out
+        stack = self.scopes.at(e.ts_ns)
+        node = self.segment(t)
+        out.node[e.correlation] = node
+        out.stack[e.correlation] = [(s.name, s.args) for s in reversed(stack)]
+        out.scope[e.correlation] = _scope_names(stack)
+        out.op[e.correlation] = _innermost_op(stack)
+        if e.name not in KERNEL_LAUNCH_CALLS and all(g.end_ns <= e.end_ns for g in self.win.gpu_by_corr[e.correlation]):
+            # a blocking copy / memset: the call returned when the GPU op was done
+            out.blocking.append((self.host_call(e, node), e))
+
+    def finish(self) -> None:
+        """The last segment: to the step's end on the main thread, else to the thread's last op."""
+        sel = self.win.sel
+        tail = sel.end_ns if self.th is self.main and sel.number is not None else self.last_end
+        if tail > self.cursor_end or self.cursor is None:
+            self.segment(max(tail, self.cursor_end))
+
+    def host_call(self, e: Event, dep: GNode | None) -> GNode:
+        y = self.b.add(e.name, NodeType.COMP, e.ts_ns, e.end_ns, on_cpu=True, deps=[dep], fixed=False,
+                       **{A.STREAM: self.stream_id, A.THREAD: _int_tid(self.th.tid)})
+        self._advance(y, e.end_ns)
+        return y
+
+    def segment(self, t: int) -> GNode:
+        here = self.scopes.at(t - 1)
+        op, module = _scope_names(here)
+        name = f"{module}/{op}" if module and op else (op or module or "cpu")
+        attrs: dict[str, Any] = {A.STREAM: self.stream_id, A.THREAD: _int_tid(self.th.tid)}
+        if module:
+            attrs[A.MODULE] = module
+        layer = _layer_of(module, op)
+        if layer is not None:
+            attrs[A.LAYER] = layer
+        node = self.b.add(name, NodeType.COMP, self.cursor_end, t, on_cpu=True, deps=[self.cursor, *self.pending_cross],
+                          fixed=False, **attrs)
+        self.pending_cross = []
+        if self.annotate is not None:
+            inner = _innermost_op(here)
+            if inner is not None:
+                _apply(node, self.annotate(inner))
+        self._advance(node, t)
+        return node
+
+    def _advance(self, node: GNode, end_ns: int) -> None:
+        self.th.nodes.append(node)
+        self.th.ends.append(node.end)
+        self.cursor, self.cursor_end = node, end_ns
 
 
 def _join_bursts(ths: _Threads) -> None:
@@ -559,6 +577,27 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
     """Phase 6: cross-stream edges (cudaStreamWaitEvent: the recorded event's stream -> the next
     launch's stream), synchronize calls after the work they wait for, blocking copies after their
     op.  Edges the timestamps contradict are dropped (counted)."""
+    idx = _launch_index(win, lau)
+    _stream_wait_edges(idx, lau, gpu_node, stats)
+    _sync_edges(idx, lau, gpu_node, stats)
+    for y, e in lau.blocking:
+        for g in win.gpu_by_corr[e.correlation]:
+            y.ctrl_deps.append(gpu_node[g.index])
+
+
+@dataclass(frozen=True, slots=True)
+class _LaunchIndex:
+    """The GPU ops in launch order, per host thread and all together, with their launch times (the
+    bisect keys), and each thread's event-record call times."""
+
+    launches: dict[Any, list[tuple[int, Event]]]
+    keys: dict[Any, list[int]]
+    all_launches: list[tuple[int, Event]]
+    all_keys: list[int]
+    rec_times: dict[Any, list[int]]
+
+
+def _launch_index(win: _Window, lau: _Launches) -> _LaunchIndex:
     launches: dict[Any, list[tuple[int, Event]]] = {}
     for corr, ev_list in win.gpu_by_corr.items():
         rt = win.runtime_by_corr[corr]
@@ -569,24 +608,20 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
         lst.sort(key=lambda x: (x[0], x[1].index))
     keys = {tid: [x[0] for x in lst] for tid, lst in launches.items()}
     rec_times = {tid: sorted(r.ts_ns for r, t in lau.records if t == tid) for tid in {t for _, t in lau.records}}
+    return _LaunchIndex(launches, keys, all_launches, [x[0] for x in all_launches], rec_times)
 
-    def add_edge(a: Event, bnode: GNode, b_start: int) -> None:
-        an = gpu_node[a.index]
-        if an is bnode:
-            return
-        if a.end_ns <= b_start:
-            bnode.ctrl_deps.append(an)
-        else:
-            stats["dropped_edges"] += 1
 
+def _stream_wait_edges(idx: _LaunchIndex, lau: _Launches, gpu_node: dict[int, GNode], stats: dict[str, int]) -> None:
+    """A stream-wait call: the next launch on its thread waits for the last op launched on another
+    stream before the event was recorded."""
     for w, tid in lau.waits:
-        lst, ks = launches.get(tid, []), keys.get(tid, [])
+        lst, ks = idx.launches.get(tid, []), idx.keys.get(tid, [])
         j = bisect.bisect_right(ks, w.ts_ns)
         if j >= len(lst):
             continue
         b_ev = lst[j][1]
         limit = w.ts_ns
-        recs = rec_times.get(tid, [])
+        recs = idx.rec_times.get(tid, [])
         r = bisect.bisect_right(recs, w.ts_ns) - 1
         if r >= 0:
             limit = recs[r]
@@ -594,17 +629,28 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
         while i >= 0 and lst[i][1].stream == b_ev.stream and r < 0:
             i -= 1
         if i >= 0 and lst[i][1].stream != b_ev.stream:
-            add_edge(lst[i][1], gpu_node[b_ev.index], b_ev.ts_ns)
-    all_keys = [x[0] for x in all_launches]
+            a, bnode = lst[i][1], gpu_node[b_ev.index]
+            an = gpu_node[a.index]
+            if an is bnode:
+                continue
+            if a.end_ns <= b_ev.ts_ns:
+                bnode.ctrl_deps.append(an)
+            else:
+                stats["dropped_edges"] += 1
+
+
+def _sync_edges(idx: _LaunchIndex, lau: _Launches, gpu_node: dict[int, GNode], stats: dict[str, int]) -> None:
+    """A synchronize call returns after the work it waits for: every stream's last op launched before
+    it (device synchronize), else the last op of the stream its thread launched on last."""
     for y, e, tid in lau.syncs:
-        before = all_launches[:bisect.bisect_left(all_keys, e.ts_ns)]
+        before = idx.all_launches[:bisect.bisect_left(idx.all_keys, e.ts_ns)]
         if e.name.endswith("DeviceSynchronize"):
             last: dict[Any, Event] = {}
             for _, g in before:
                 last[g.stream] = g
             targets = list(last.values())
         else:
-            mine = [g for _, g in launches.get(tid, [])[:bisect.bisect_left(keys.get(tid, []), e.ts_ns)]]
+            mine = [g for _, g in idx.launches.get(tid, [])[:bisect.bisect_left(idx.keys.get(tid, []), e.ts_ns)]]
             targets = []
             if mine:
                 stream = mine[-1].stream
@@ -614,9 +660,6 @@ def _wait_edges(win: _Window, lau: _Launches, gpu_node: dict[int, GNode], stats:
                 y.ctrl_deps.append(gpu_node[g.index])
             else:
                 stats["dropped_edges"] += 1
-    for y, e in lau.blocking:
-        for g in win.gpu_by_corr[e.correlation]:
-            y.ctrl_deps.append(gpu_node[g.index])
 
 
 def _rank_metadata(kt: KinetoTrace, rank: int, world_size: int, sel: Step) -> dict[str, Any]:

@@ -255,73 +255,89 @@ def convert_workload(w: Workload, *, num_npus: int | None = None, num_passes: in
 
 
 def _rank_nodes(w: Workload, rank: int, layout: Layout, passes: int, scale: int) -> list[Node]:
-    nodes: list[Node] = []
-
-    def add(name: str, ntype: NodeType, deps: list[int | None], **attrs: Any) -> int:
-        nid = len(nodes)
-        nodes.append(make_node(nid, name, ntype, data_deps=[d for d in dict.fromkeys(deps) if d is not None], **attrs))
-        return nid
-
-    def comp(name: str, time: int, deps: list[int | None]) -> int | None:
-        if w.parallelism == "MICRO":  # a communication micro-benchmark: no compute
-            return next((d for d in reversed(deps) if d is not None), None)
-        ns = time * scale
-        return add(name, NodeType.COMP, deps, duration_micros=(ns + NS_PER_US // 2) // NS_PER_US,
-                   **{A.IS_CPU_OP: False, A.DURATION_NS: ns})
-
-    def comm(name: str, c: Comm, dep: int | None) -> int | None:
-        members = layout.members(rank, c.group)
-        if len(members) < 2:
-            return None  # a group of one moves nothing
-        return add(f"{name}_{c.coll.name}", NodeType.COMM_COLL, [dep], **{
-            A.IS_CPU_OP: False, A.COMM_TYPE: int(c.coll), A.COMM_SIZE: c.size_bytes,
-            A.PG_NAME: layout.pg_name(members), A.COMM_KIND: _KIND[c.group]})
-
+    b = _RankNodes(w, rank, layout, scale)
     last: int | None = None
     grads: list[int] = []
     for p in range(passes):
         tag = f"p{p}_" if passes > 1 else ""
-        start_deps: list[int | None] = [last, *grads]
-        grads = []
-        fwd_out: list[int] = []
+        prev = b.forward(tag, [last, *grads])
+        last, grads = b.backward(tag, prev)
+    # the iteration ends when the gradients are synchronised
+    if grads:
+        b.add("iteration_end", NodeType.COMP, [last, *grads], duration_micros=0, **{A.IS_CPU_OP: False, A.DURATION_NS: 0})
+    return b.nodes
+
+
+class _RankNodes:
+    """One rank's nodes, built pass by pass: each returns the id of its last node (None: nothing yet)."""
+
+    def __init__(self, w: Workload, rank: int, layout: Layout, scale: int) -> None:
+        self.w, self.rank, self.layout, self.scale = w, rank, layout, scale
+        self.nodes: list[Node] = []
+
+    def add(self, name: str, ntype: NodeType, deps: list[int | None], **attrs: Any) -> int:
+        nid = len(self.nodes)
+        self.nodes.append(make_node(nid, name, ntype, data_deps=[d for d in dict.fromkeys(deps) if d is not None],
+                                    **attrs))
+        return nid
+
+    def comp(self, name: str, time: int, deps: list[int | None]) -> int | None:
+        if self.w.parallelism == "MICRO":  # a communication micro-benchmark: no compute
+            return next((d for d in reversed(deps) if d is not None), None)
+        ns = time * self.scale
+        return self.add(name, NodeType.COMP, deps, duration_micros=(ns + NS_PER_US // 2) // NS_PER_US,
+                        **{A.IS_CPU_OP: False, A.DURATION_NS: ns})
+
+    def comm(self, name: str, c: Comm, dep: int | None) -> int | None:
+        members = self.layout.members(self.rank, c.group)
+        if len(members) < 2:
+            return None  # a group of one moves nothing
+        return self.add(f"{name}_{c.coll.name}", NodeType.COMM_COLL, [dep], **{
+            A.IS_CPU_OP: False, A.COMM_TYPE: int(c.coll), A.COMM_SIZE: c.size_bytes,
+            A.PG_NAME: self.layout.pg_name(members), A.COMM_KIND: _KIND[c.group]})
+
+    def forward(self, tag: str, start_deps: list[int | None]) -> int | None:
+        """The layers' forward compute and communication; the first layer waits on ``start_deps``."""
+        w = self.w
         embedding_comm: int | None = None
         prev: int | None = None
         for i, layer in enumerate(w.layers):
             deps = [prev] if prev is not None else start_deps
             if w.dlrm_join is not None and i == w.dlrm_join and embedding_comm is not None:
                 deps = [*deps, embedding_comm]
-            c = comp(f"{tag}{layer.name}_FWD", layer.fwd_time, deps)
+            c = self.comp(f"{tag}{layer.name}_FWD", layer.fwd_time, deps)
             prev = c
             if layer.fwd_comm is not None:
-                m = comm(f"{tag}{layer.name}_FWD", layer.fwd_comm, c)
+                m = self.comm(f"{tag}{layer.name}_FWD", layer.fwd_comm, c)
                 if m is not None:
                     if w.parallelism == "HYBRID_DLRM" and i == 0:
                         embedding_comm = m
                     else:
                         prev = m
-            fwd_out.append(prev)
+        return prev
+
+    def backward(self, tag: str, prev: int | None) -> tuple[int | None, list[int]]:
+        """The layers in reverse: weight gradient (its communication collected), then input gradient."""
+        w = self.w
+        grads: list[int] = []
         for layer in reversed(w.layers):
             first = layer is w.layers[0]
-            wg = comp(f"{tag}{layer.name}_BWD_WG", layer.wg_time, [prev])
+            wg = self.comp(f"{tag}{layer.name}_BWD_WG", layer.wg_time, [prev])
             if layer.wg_comm is not None:
-                g = comm(f"{tag}{layer.name}_BWD_WG", layer.wg_comm, wg)
+                g = self.comm(f"{tag}{layer.name}_BWD_WG", layer.wg_comm, wg)
                 if g is not None:
                     grads.append(g)
             # nothing consumes the first layer's input gradient: as the reference converter, no
             # input-gradient communication there (embedding all-to-alls still happen) and, for
             # DATA / HYBRID_DLRM, no input-gradient compute
             skip_ig = first and w.parallelism in ("DATA", "HYBRID_DLRM")
-            ig = wg if skip_ig else comp(f"{tag}{layer.name}_BWD_IG", layer.ig_time, [wg])
+            ig = wg if skip_ig else self.comp(f"{tag}{layer.name}_BWD_IG", layer.ig_time, [wg])
             prev = ig
             if layer.ig_comm is not None and (not first or layer.ig_comm.coll is CollectiveType.ALL_TO_ALL):
-                m = comm(f"{tag}{layer.name}_BWD_IG", layer.ig_comm, ig)
+                m = self.comm(f"{tag}{layer.name}_BWD_IG", layer.ig_comm, ig)
                 if m is not None:
                     prev = m
-        last = prev
-    # the iteration ends when the gradients are synchronised
-    if grads:
-        add("iteration_end", NodeType.COMP, [last, *grads], duration_micros=0, **{A.IS_CPU_OP: False, A.DURATION_NS: 0})
-    return nodes
+        return prev, grads
 
 
 def convert_text_file(path: str | os.PathLike[str], *, num_npus: int | None = None, num_passes: int = 1,

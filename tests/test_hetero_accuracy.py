@@ -149,10 +149,10 @@ def test_cluster_presets_and_links():
     v100, t4 = links[0], links[3]
     assert v100.intra_GBps == pytest.approx(75 * FITTED.nvlink_efficiency)  # NVLink quad
     assert t4.intra_GBps == pytest.approx(15.75 * FITTED.pcie_efficiency)  # PCIe 3.0 x16
-    # NCCL over TCP: 10 Gb/s runs at the TCP/IP framing limit (1448 of 1538 B per frame), 50 Gb/s at the fitted
-    # ceiling of the host's socket path
-    assert v100.nic_GBps == pytest.approx(10 * 1448 / 1538 / 8)
-    assert t4.nic_GBps == pytest.approx(min(50 * 1448 / 1538, FITTED.tcp_ceiling_Gbps) / 8)
+    # NCCL over TCP: 10 Gb/s runs at the TCP/IP framing limit of the VPC's 9001 B jumbo frames (8949 of 9039 B
+    # per frame), 50 Gb/s at the fitted ceiling of the host's socket path
+    assert v100.nic_GBps == pytest.approx(10 * 8949 / 9039 / 8)
+    assert t4.nic_GBps == pytest.approx(min(50 * 8949 / 9039, FITTED.tcp_ceiling_Gbps) / 8)
     assert FITTED.tcp_ceiling_Gbps < 50 * 1448 / 1538
     with pytest.raises(RowError, match="no cluster description") as info:
         node_links(parse_row(raw(cluster="somewhere else")), FITTED)
@@ -223,6 +223,21 @@ def test_accuracy_tool_end_to_end(tmp_path):
     assert any(line.startswith("A2") and "run_failed: predicted infeasible (out of memory" in line for line in lines)
     assert lines[-1] == s.line()
     assert lines[-1].startswith("rows 4 median_abs_err_pct ") and lines[-1].endswith(" oom_right 1/1")
+
+
+def test_accuracy_tool_rows_filter(tmp_path):
+    """--rows predicts only the named rows (the summary counts them alone); an unknown row_id is exit 2."""
+    path = tmp_path / "rows.csv"
+    path.write_text(_csv_text([raw("A1"), sailor("S1"), raw("A3", mbs="2", plan=AMP_PLAN.replace("mbs=1", "mbs=2")
+                                                             .replace("grad-accum=8", "grad-accum=4"))]))
+    tool = [sys.executable, str(REPO / "tools" / "accuracy_hetero.py"), "--csv", str(path)]
+    proc = subprocess.run(tool + ["--rows", "A3, S1"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.strip().splitlines() if not line.startswith("#")]
+    assert [line.split()[0] for line in lines[:-1]] == ["S1", "A3"]  # the CSV's order
+    assert lines[-1].startswith("rows 2 ")
+    bad = subprocess.run(tool + ["--rows", "A1,Z9"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert bad.returncode == 2 and "Z9" in bad.stderr and not bad.stdout.strip()
 
 
 @pytest.mark.skipif(not SHARED_CSV.is_file(), reason="needs ../shared/reference/hetero_measured.csv")

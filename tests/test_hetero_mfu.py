@@ -15,6 +15,7 @@ from xsim_trace.validate.hetero_flashflex import (
     llama_ffn,
     node_sets,
     plan_groups,
+    search_space,
 )
 from xsim_trace.validate.hetero_mfu import FLASHFLEX_PEAK_TFLOPS, flashflex_tokens_per_s, mfu_row_error
 from xsim_trace.validate.hetero_predict import FITTED
@@ -100,6 +101,32 @@ def test_flashflex_run_defaults_and_sources():
     assert run.mfu_pct_at(s) == pytest.approx(38.58, rel=1e-12)
     assert run.global_batch * 4096 / s == pytest.approx(flashflex_tokens_per_s(mfu_raw()), rel=1e-12)
     assert flashflex_run(mfu_raw(gbs="128")).global_batch == 128
+
+
+def test_the_space_is_what_the_engine_deploys():
+    hexi = flashflex_run(mfu_raw(cluster="1x8 RTX 3080Ti-12G + 1x8 RTX 3090-24G + 3x8 RTX 4090-24G (5 nodes)",
+                                 gpus="3080Tix8 + 3090x8 + 4090x24 (= 40)", plan="HexiScale optimal plan"))
+    mega = flashflex_run(mfu_raw())
+    assert not hexi.megatron and mega.megatron
+    assert hexi.model.grad_reduce_bytes == 2  # FSDP MixedPrecision(reduce_dtype=fp16)
+    sh, sm = (search_space(r, plan_groups(r, 0.3, 0.8, 35.0)) for r in (hexi, mega))
+    assert sh.schedules[0][0].value == "gpipe" and sh.distributed_optimizer  # FSDP SHARD_GRAD_OP
+    assert sm.schedules[0][0].value == "1f1b" and not sm.distributed_optimizer  # Megatron's defaults
+    assert sh.placement == sm.placement == "stage" and sh.every_device and sm.every_device
+
+
+def test_every_device_keeps_only_structures_that_leave_no_gpu_idle():
+    from xsim_trace.plan.space import structures, uses_every_device
+
+    run = flashflex_run(mfu_raw(cluster="1x8 RTX 3090-24G + 1x8 RTX 4090-24G", gpus="3090x8 + 4090x8",
+                                plan="HexiScale optimal plan"))
+    space = search_space(run, plan_groups(run, 0.3, 0.8, 35.0))
+    kept = [reps for reps, _ in structures(space)]
+    assert kept and all(uses_every_device(space, reps) for reps in kept)
+    from dataclasses import replace
+
+    every = list(structures(replace(space, every_device=False)))
+    assert len(every) > len(kept) and any(not uses_every_device(space, reps) for reps, _ in every)
 
 
 def test_llama_ffn_rule():

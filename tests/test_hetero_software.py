@@ -69,3 +69,27 @@ def test_tcp_rate_is_framing_limited_below_the_fitted_ceiling():
     assert nic_achievable_gbps(10, "ethernet", FITTED) == pytest.approx(9.415, abs=1e-3)
     assert nic_achievable_gbps(50, "ethernet", FITTED) == FITTED.tcp_ceiling_Gbps
     assert nic_achievable_gbps(200, "ib", FITTED) == pytest.approx(200 * FITTED.tcp_efficiency)
+    # AWS VPC jumbo frames (the aws-* presets' nccl.mtu_bytes 9001): 8949 B of payload per 9039 B of wire time
+    assert nic_achievable_gbps(10, "ethernet", FITTED, mtu_bytes=9001) == pytest.approx(10 * 8949 / 9039)
+    assert nic_achievable_gbps(50, "ethernet", FITTED, mtu_bytes=9001) == FITTED.tcp_ceiling_Gbps
+
+
+def test_amp_unfused_attention_core_moves_more_bytes_per_score():
+    """AMP's Megatron v1.1.5 runs the scale-mask-softmax unfused in fp16 (masked_fill_, softmax, dropout with its
+    mask): 7 B per score element forward and 3 backward beyond the workload op, one more kernel each; the extra
+    time grows with the micro-batch (the s x s scores), Sailor's software adds nothing."""
+    import dataclasses
+
+    from xsim_trace.devices import get_device
+    from xsim_trace.validate.hetero_predict import _pass_ns, workload_model
+
+    assert SOFTWARE["aws"].score_extra_bytes == (7, 3) and SOFTWARE["alps"].score_extra_bytes == (0, 0)
+    w = workload_model(parse_row(raw()))
+    t4 = dataclasses.replace(get_device("T4"), kernel_overhead_ns=0)
+    extra = []
+    for mbs in (1, 4):
+        base = _pass_ns(w, mbs, t4, 1, 4.7, 1000.0, 6, False, False, 0, "deepspeed")
+        more = _pass_ns(w, mbs, t4, 1, 4.7, 1000.0, 6, False, False, 0, "deepspeed", (7, 3))
+        assert more[0] > base[0] and more[1] > base[1]
+        extra.append(more[0] - base[0])
+    assert extra[1] == pytest.approx(4 * extra[0], rel=0.05)  # bytes, not launches: 4x the scores, 4x the time

@@ -46,11 +46,12 @@ def test_ethernet_presets_scale_out_bandwidth():
     # 50 GbE over NCCL sockets: the socket path's ceiling, not the line rate
     t4 = group_shape(load_cluster("aws-g4dn-t4"))
     assert t4.net_bw_GBps == pytest.approx(link_table().ethernet.socket_ceiling_gbps / 8)
-    # 10 GbE: below the ceiling, at the framing limit
+    # 10 GbE: below the ceiling, at the framing limit of the AWS VPC's 9001 B jumbo frames
     v100 = load_cluster("aws-p3-g4dn").groups[0]
     from xsim_trace.network.nccl.shape import net_bw_GBps
 
-    assert net_bw_GBps(v100) == pytest.approx(10 * 1448 / 1538 / 8)
+    assert v100.nccl.mtu_bytes == 9001
+    assert net_bw_GBps(v100) == pytest.approx(10 * 8949 / 9039 / 8)
     # GPUDirect-TCPXO (offload, MTU 8244): 8 x 200 Gb/s at the offload path's fraction
     a3 = group_shape(load_cluster("gcp-a3-mega:2"))
     assert a3.net_bw_GBps == pytest.approx(8 * 25 * link_table().ethernet.offload_max_fraction)

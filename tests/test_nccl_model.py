@@ -305,3 +305,25 @@ def test_calibrated_tree_fill_replaces_the_chunking_one():
     s = group_shape(c)
     assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 30) == pytest.approx(100.0)
     assert simple_fill_us(s, Algo.TREE, Proto.SIMPLE, 1 << 19) == pytest.approx(50.0)
+
+
+def test_nvls_tree_runs_below_one_nodes_nvls_rate(h100x2, h100x4):
+    """A 2-node NVLS-tree all-reduce reaches the measured share of one node's NVLS bandwidth (nccl_links.yaml
+    nvls_tree_bw_scale); beyond 2 nodes the halved scale-out bandwidth still bounds it.  A cluster file may set
+    the share, and a calibration leaves it (it fits nvls_bw_GBps)."""
+    from xsim_trace.cluster import cluster_from_dict
+    from xsim_trace.network.nccl.calibrate import MEASURED_ONLY
+    from xsim_trace.network.nccl.model import algbw_GBps
+
+    assert 0.5 < h100x2.nvls_tree_bw_scale < 1.0
+    bw2 = algbw_GBps(h100x2, CollKind.ALL_REDUCE, Algo.NVLS_TREE, Proto.SIMPLE, 1 << 33)
+    assert bw2 == pytest.approx(h100x2.nvls_bw_GBps * h100x2.nvls_tree_bw_scale)
+    bw4 = algbw_GBps(h100x4, CollKind.ALL_REDUCE, Algo.NVLS_TREE, Proto.SIMPLE, 1 << 33)
+    assert bw4 == pytest.approx(h100x4.net_bw_GBps * 0.5)
+    d = load_cluster("dgx-h100:2").to_dict()
+    d["groups"][0]["nccl"] = {**d["groups"][0].get("nccl", {}), "nvls_tree_bw_scale": 1.0}
+    c = cluster_from_dict(d)
+    assert cluster_from_dict(c.to_dict()) == c
+    s = group_shape(c)
+    assert algbw_GBps(s, CollKind.ALL_REDUCE, Algo.NVLS_TREE, Proto.SIMPLE, 1 << 33) == pytest.approx(s.nvls_bw_GBps)
+    assert "nvls_tree_bw_scale" in MEASURED_ONLY

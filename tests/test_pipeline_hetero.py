@@ -11,6 +11,7 @@ from xsim_trace.workload.pipeline_hetero import (
     BlockDims,
     ExchangeOrder,
     StageContent,
+    SocketPorts,
     block_params,
     param_groups,
     schedule_1f1b,
@@ -163,3 +164,34 @@ def test_sailor_socket_transfers_are_eager_when_they_fit_nccl_buffer(monkeypatch
     eager = predict(row).iteration_s
     monkeypatch.setattr(hp, "NCCL_BUFFSIZE_BYTES", 1024 * 1024)
     assert predict(row).iteration_s > eager * 1.1
+
+
+def test_socket_ports_share_a_port_fairly_and_keep_one_connection_in_order():
+    """Two connections on stage 1's outgoing port (activation to 2, gradient to 0) split it evenly; two messages
+    to one peer go one after the other; projections move when a later message joins."""
+    ports = SocketPorts()
+    ports.send(("send_act", 0, 1), 0, 10, 1, 2)
+    assert ports.arrival[("send_act", 0, 1)] == 10  # alone: its full rate (projected)
+    ports.send(("send_grad", 0, 1), 2, 4, 1, 0)
+    # 0-2 the activation alone (8 left), then both at half rate: the gradient's 4 take 8 (in at 10), the
+    # activation's remaining 4 run alone from 10 (in at 14)
+    assert ports.arrival[("send_grad", 0, 1)] == 10 and ports.arrival[("send_act", 0, 1)] == 14
+    same = SocketPorts()
+    same.send(("send_act", 0, 0), 0, 10, 0, 1)
+    same.send(("send_act", 1, 0), 0, 10, 0, 1)  # the same connection: in order, each at the full rate
+    assert (same.arrival[("send_act", 0, 0)], same.arrival[("send_act", 1, 0)]) == (10, 20)
+
+
+def test_fair_sharing_moves_only_pipelines_whose_ports_carry_two_flows():
+    """Two stages: each port carries one connection, fair sharing changes nothing.  Three stages with every send
+    eager and wires longer than the passes: the middle stage's ports carry activations and gradients at once, and
+    sharing them evenly (TCP flows) delays the first message against serving them whole, one after the other."""
+    eager = [True]
+    for order in ExchangeOrder:
+        assert schedule_1f1b([1, 1], [2, 2], [5], 4, order=order, eager_act=eager, eager_grad=eager) == \
+            schedule_1f1b([1, 1], [2, 2], [5], 4, order=order, eager_act=eager, eager_grad=eager, fair_share=False)
+    three = dict(order=ExchangeOrder.GRADIENT_FIRST, eager_act=[True, True], eager_grad=[True, True])
+    fair = schedule_1f1b([1, 1, 1], [2, 2, 2], [6, 6], 8, **three)
+    fifo = schedule_1f1b([1, 1, 1], [2, 2, 2], [6, 6], 8, **three, fair_share=False)
+    assert fair != fifo and max(fair) >= max(fifo)
+    assert schedule_1f1b([1, 1, 1], [2, 2, 2], [6, 6], 8, **three) == fair  # deterministic

@@ -106,6 +106,18 @@ def test_cli_search_writes_a_plan_that_check_and_generate_accept(tmp_path, capsy
     assert main(["generate", "--plan", str(out / "best_plan.yaml"), "--out", str(tmp_path / "g" / "w")]) == 0
 
 
+def test_cli_search_with_stage_placement_on_every_device_writes_it_into_the_plan(tmp_path):
+    cluster = _cluster_file(tmp_path)
+    out = tmp_path / "s"
+    assert main(["plan", "search", "--cluster", str(cluster), "--model", "gpt3-1.3b", "--gbs", "8", "--seq-len", "512",
+                 "--max-stages", "4", "--top", "2", "--replay", "1", "--placement", "stage", "--every-device",
+                 "--distributed-optimizer", "--out", str(out)]) == 0
+    plan = load_plan(out / "best_plan.yaml")
+    assert plan.placement == "stage" and plan.distributed_optimizer
+    assert sum(st.tp for p in plan.pipelines for st in p.stages) == 8  # every device of the two groups
+    assert json.loads((out / "search.json").read_text())["top"][0]["replay_step_ns"] > 0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--objective", "fastest"], "field --objective: unknown objective 'fastest' (choose step, cost, tokens_per_s)"),
     (["--model", "llama3-405b"], "no feasible plan: every one of"),

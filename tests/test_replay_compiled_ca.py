@@ -142,7 +142,7 @@ def test_capacity_rerun_and_progress(monkeypatch):
     settings = ReplaySettings(chunks=4, in_flight=4)
     ref = Engine(w, make(), settings, compiled=True).run()
     real = compiled_ca._collectives
-    monkeypatch.setattr(compiled_ca, "_collectives", lambda *a: (lambda r: (*r[:5], 3))(real(*a)))  # 3 flows of room
+    monkeypatch.setattr(compiled_ca, "_collectives", lambda *a: (lambda r: (*r[:5], 3, *r[6:]))(real(*a)))  # 3 flows of room
     seen = []
     got = Engine(w, make(), settings, compiled=True, progress=seen.append).run()
     assert np.array_equal(ref.end_ns, got.end_ns) and ref.stats == got.stats

@@ -16,13 +16,15 @@ Calibration: the shipped constants (hetero_predict.FITTED) were fitted on the ho
 refits them (on the homogeneous rows of the CSV) before predicting, ``--cv K`` prints K-fold cross-validated
 figures for the homogeneous rows (each predicted with constants fitted without its fold).
 
-usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--exclude-suspect] [--fit]
+usage: tools/accuracy_hetero.py [--csv FILE] [--select all|hetero|homogeneous] [--rows IDS] [--exclude-suspect] [--fit]
                                 [--cv K] [--rounds N] [--breakdown] [--nic-gbps PRESET=GBPS ...]
+                                [--rows H142-H149,H001 ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -60,6 +62,29 @@ def _homogeneous_rows(raws):
     return rows
 
 
+def _row_filter(spec: str):
+    """``H142-H149,H001``: a test for the row ids named or inside a range (same prefix, numbers compared), and
+    the ids named one by one."""
+    singles, ranges = set(), []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            mlo, mhi = re.fullmatch(r"(\D*)(\d+)", lo), re.fullmatch(r"(\D*)(\d+)", hi)
+            if not mlo or not mhi or mlo.group(1) != mhi.group(1):
+                raise ValueError(f"--rows: {part!r} is not a range like H142-H149")
+            ranges.append((mlo.group(1), int(mlo.group(2)), int(mhi.group(2))))
+        else:
+            singles.add(part)
+
+    def keep(row_id: str) -> bool:
+        if row_id in singles:
+            return True
+        m = re.fullmatch(r"(\D*)(\d+)", row_id)
+        return bool(m) and any(m.group(1) == pre and lo <= int(m.group(2)) <= hi for pre, lo, hi in ranges)
+
+    return keep, frozenset(singles)  # the ids named one by one must each be a row of the file
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", default=str(DEFAULT_CSV), help="measured rows (default: %(default)s)")
@@ -74,12 +99,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nic-gbps", action="append", default=[], metavar="PRESET=GBPS",
                     help="what-if: every NIC of a cluster preset at this line rate (e.g. mit-rtx=1); the rows "
                          "are then no longer predictions from stated links")
+    ap.add_argument("--rows", default="", metavar="IDS",
+                    help="only these rows: ids and ranges, e.g. H142-H149,H037 (the summary counts only them; "
+                         "--fit / --cv still use every homogeneous row)")
     args = ap.parse_args(argv)
     try:
         raws = read_rows(args.csv)
     except XsimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.rows:
+        try:
+            keep, named = _row_filter(args.rows)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        todo = [r for r in raws if keep(r.row_id)]  # --fit / --cv still use every homogeneous row
+        unknown = sorted(named - {r.row_id for r in raws})
+        if unknown:
+            print(f"error: --rows: no row {', '.join(unknown)} in {args.csv}", file=sys.stderr)
+            return 2
+        if not todo:
+            print(f"error: --rows {args.rows!r} matches no row of {args.csv}", file=sys.stderr)
+            return 2
+    else:
+        todo = raws
     cal = FITTED
     if args.nic_gbps:
         try:
@@ -92,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         cal = fit(_homogeneous_rows(raws), rounds=args.rounds)
         print(f"# fitted on the homogeneous rows: {cal}")
-    results = evaluate(raws, cal)
+    results = evaluate(todo, cal)
     if args.cv:
         cv = {r.row_id: r for r in cross_validate(_homogeneous_rows(raws), args.cv, rounds=args.rounds)}
         print(f"# {args.cv}-fold cross-validated homogeneous rows (constants fitted without the row's fold):")

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
+import math
 import statistics
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from xsim_trace.cli.device_file import add_device_file, run_catalog
-from xsim_trace.errors import ConfigError
+from xsim_trace.errors import ConfigError, FormatError, OutputError
+from xsim_trace.io.atomic import atomic_write, check_output_folder
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _gpu_and_base(runs, args) -> tuple[str, object]:
     from xsim_trace.cluster import cluster_from_dict, load_cluster  # noqa: PLC0415
     from xsim_trace.devices import get_device  # noqa: PLC0415
-    from xsim_trace.errors import FormatError  # noqa: PLC0415
 
     catalog = run_catalog(args)
     if args.gpu:
@@ -79,16 +78,26 @@ def _gpu_and_base(runs, args) -> tuple[str, object]:
     return gpu.name, cluster_from_dict(d, file=f"calibration base {base.name}")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _check_times(runs) -> None:
+    """Every measured time is a positive finite number (the fit divides by it and takes its log)."""
+    for run in runs:
+        for row in run.rows:
+            for field, value in (("time", row.time_us), ("in-place time", row.time_in_place_us)):
+                if value is not None and not (math.isfinite(value) and value > 0):
+                    raise FormatError(f"expected a positive {field} in us, found {value:g}",
+                                      file=f"{run.file}:{row.line}")
+
+
+def _check_output(path: Path) -> None:
+    """Refuse, before the fit, an output path that is a folder or lies under a file."""
+    if path.is_dir():
+        raise OutputError("cannot write the output: a folder has this name", file=str(path))
+    check_output_folder(path.parent)
+
+
+def _check_nodes(nodes: int | None) -> None:
+    if nodes is not None and nodes < 1:
+        raise ConfigError(f"expected a positive node count, found {nodes}", field="--nodes")
 
 
 def _nccl_tests(args: argparse.Namespace) -> int:
@@ -96,8 +105,11 @@ def _nccl_tests(args: argparse.Namespace) -> int:
     from xsim_trace.network.nccl.calibrate import calibrate, calibrated_cluster  # noqa: PLC0415
     from xsim_trace.network.nccl.nccltests import parse_nccl_tests  # noqa: PLC0415
 
+    _check_output(Path(args.output))
     kind = CollKind.parse(args.collective, field="--collective") if args.collective else None
+    _check_nodes(args.nodes)
     runs = [parse_nccl_tests(p, collective=kind, nodes=args.nodes) for p in args.logs]
+    _check_times(runs)
     gpu, base = _gpu_and_base(runs, args)
     cal = calibrate(base, runs)
     out = calibrated_cluster(base, cal)
@@ -117,6 +129,7 @@ def _nccl_tests(args: argparse.Namespace) -> int:
         log.warning("%s stopped at the edge of its range (0.4-1.25x the base cluster's %s): the base cluster may "
                     "not describe this fabric (pass --base with its NICs and links)", key, base.name)
     header = "".join(f"# calibrated by `xsim calibrate nccl-tests` from {Path(p).name}\n" for p in args.logs)
-    _write_atomic(Path(args.output), header + yaml.safe_dump(out, sort_keys=False))
+    with atomic_write(args.output) as f:
+        f.write(header + yaml.safe_dump(out, sort_keys=False))
     print(f"# wrote {args.output}")
     return 0

@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import xsim_trace
 
@@ -102,12 +105,20 @@ def cluster_for_device(device: str | None, ranks: int) -> str | None:
     return min(fits)[2] if fits else None
 
 
+@dataclass(frozen=True)
+class _DemoInput:
+    """What the demo replays: the rank set, where, and how the banner names it."""
+
+    rs: Any  # xsim_trace.io.RankSet
+    cluster: Any  # xsim_trace.cluster.Cluster
+    backend: Any  # a network backend
+    what: str
+    shown_prefix: str | None  # the trace named in the reports (None: a temporary folder)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from xsim_trace.cli.replay import network_for, print_outputs, run_replay, settings_from_args
-    from xsim_trace.graph import attrs as A
-    from xsim_trace.io import read_rank_set, write_rank_set
-    from xsim_trace.replay.sample import tp_dp_step
-    from xsim_trace.report import fmt_ns, write_reports
+    from xsim_trace.cli.replay import print_outputs, run_replay, settings_from_args
+    from xsim_trace.report import write_reports
 
     settings = settings_from_args(args)
     capture = None if (args.sample or args.generated) else bundled_capture()
@@ -115,66 +126,97 @@ def cmd_demo(args: argparse.Namespace) -> int:
     conversion = None
     with tempfile.TemporaryDirectory(prefix="xsim-demo-") as tmp:
         if capture is not None:
-            import time
-
-            t0 = time.perf_counter()
             prefix = str(Path(tmp) / "capture")
-            conversion = convert_capture(capture[0], prefix)
-            n = sum(len(t) for t in conversion.traces.values())
-            print(f"xsim demo: converted {capture[0].name} ({capture[1].get('description', 'a Kineto capture')})")
-            print(f"           -> {len(conversion.traces)} Chakra rank files, {n:,} nodes, in {time.perf_counter() - t0:.1f} s "
-                  f"(`xsim-convert kineto {capture[0].name} -o PREFIX` does the same)\n")
-        if prefix is None:
-            cluster, backend = network_for(args.cluster or DEMO_CLUSTER, args.backend)
-            world = min(cluster.num_ranks, 32)
-            tp = min(8, world)
-            slow = world - 3
-            traces, groups = tp_dp_step(tp=tp, dp=max(world // tp, 1), layers=4, slow_rank=slow, slow_factor=1.1)
-            prefix = str(Path(tmp) / "sample_tp_dp")
-            write_rank_set(prefix, traces, groups)
-            what = (f"a generated {len(traces)}-rank TP={tp} x DP={max(world // tp, 1)} training step (4 layers; "
-                    f"rank {slow} computes 10% slower, so its peers wait for it)")
-            rs = read_rank_set(prefix)
-            shown_prefix = None
-        else:
-            rs = read_rank_set(prefix)
-            entry = manifest_entry(rs.prefix)
-            if capture is not None:
-                converted = capture[1].get("converted")
-                entry = {**(manifest_entry(str(SAMPLES_DIR / converted / "x")) if converted else {}),
-                         **{k: v for k, v in capture[1].items() if k == "cluster"}}
-            device = rs.traces[0].metadata.attr(A.META_DEVICE)
-            spec = args.cluster or entry.get("cluster") or cluster_for_device(device, len(rs.traces)) or DEMO_CLUSTER
-            cluster, backend = network_for(spec, args.backend)
-            what = entry.get("description") or f"the sample {rs.prefix}"
-            shown_prefix = None if capture is not None else rs.prefix
-        nodes = sum(len(t) for t in rs.traces.values())
-        print(f"xsim demo: replaying {what}")
-        if capture is not None:
-            print("           (this replay starts every rank at t=0; the comparison at the end starts each at its "
-                  "measured offset)")
-        print(f"           {len(rs.traces)} ranks, {nodes:,} nodes, on {cluster.name} ({cluster.num_ranks} GPUs) with the "
-              f"{backend.name} backend, {settings.chunks} chunk(s) / {settings.in_flight} in flight per collective\n")
-        result = run_replay(rs.traces, rs.comm_groups, cluster, backend, settings, quiet=getattr(args, "quiet", False),
-                            drop_missing_deps=args.drop_missing_deps, fold=not args.no_fold)
+            conversion = _convert_shown(capture, prefix)
+        demo = _generated_input(args, tmp) if prefix is None else _sample_input(args, prefix, capture)
+        _print_banner(demo, settings, from_capture=capture is not None)
+        result = run_replay(demo.rs.traces, demo.rs.comm_groups, demo.cluster, demo.backend, settings,
+                            quiet=args.quiet, drop_missing_deps=args.drop_missing_deps, fold=not args.no_fold)
         paths = write_reports(result, Path(args.out), timeline=not args.no_timeline, plot=not args.no_plot,
-                              trace=shown_prefix, cluster=cluster.name)
-        measured = [t.measured_step_ns for t in rs.traces.values() if t.measured_step_ns]
+                              trace=demo.shown_prefix, cluster=demo.cluster.name)
+        measured = [t.measured_step_ns for t in demo.rs.traces.values() if t.measured_step_ns]
     print_outputs(result, paths)
     if conversion is not None:
-        from converters.crossrank import alltoall_schedule
-
-        from xsim_trace.validate.compare import format_table
-        from xsim_trace.validate.pipeline import validate_captures
-
-        v, _ = validate_captures(str(capture[0]), cluster, lambda _step: (conversion.traces, conversion.comm_groups),
-                                 backend=backend.name, alltoall_order=alltoall_schedule)
-        print("\nsimulated vs measured, rank by rank (each rank starts at its measured step-start offset; "
-              "`xsim validate` does this for any capture):")
-        print(format_table(v, collectives=False))
+        _print_validation(capture[0], conversion, demo)
     elif measured:
+        from xsim_trace.report import fmt_ns
+
         print(f"\ncaptured step time per rank: {fmt_ns(min(measured))} .. {fmt_ns(max(measured))} "
               "(`xsim validate` compares rank by rank, with the capture's start skew)")
     print("\nopen the timeline in https://ui.perfetto.dev (or chrome://tracing); "
           "replay your own traces with `xsim replay PREFIX --cluster FILE_OR_PRESET`")
     return 0
+
+
+def _convert_shown(capture: tuple[Path, dict], prefix: str):
+    """The bundled capture converted to ``prefix``, with the lines that say so."""
+    t0 = time.perf_counter()
+    conversion = convert_capture(capture[0], prefix)
+    n = sum(len(t) for t in conversion.traces.values())
+    print(f"xsim demo: converted {capture[0].name} ({capture[1].get('description', 'a Kineto capture')})")
+    print(f"           -> {len(conversion.traces)} Chakra rank files, {n:,} nodes, in {time.perf_counter() - t0:.1f} s "
+          f"(`xsim-convert kineto {capture[0].name} -o PREFIX` does the same)\n")
+    return conversion
+
+
+def _generated_input(args: argparse.Namespace, tmp: str) -> _DemoInput:
+    """A generated TP x DP step (one rank 10% slower) written to ``tmp`` and read back."""
+    from xsim_trace.cli.replay import network_for
+    from xsim_trace.io import read_rank_set, write_rank_set
+    from xsim_trace.replay.sample import tp_dp_step
+
+    cluster, backend = network_for(args.cluster or DEMO_CLUSTER, args.backend)
+    world = min(cluster.num_ranks, 32)
+    tp = min(8, world)
+    slow = world - 3
+    traces, groups = tp_dp_step(tp=tp, dp=max(world // tp, 1), layers=4, slow_rank=slow, slow_factor=1.1)
+    prefix = str(Path(tmp) / "sample_tp_dp")
+    write_rank_set(prefix, traces, groups)
+    what = (f"a generated {len(traces)}-rank TP={tp} x DP={max(world // tp, 1)} training step (4 layers; "
+            f"rank {slow} computes 10% slower, so its peers wait for it)")
+    return _DemoInput(read_rank_set(prefix), cluster, backend, what, None)
+
+
+def _sample_input(args: argparse.Namespace, prefix: str, capture: tuple[Path, dict] | None) -> _DemoInput:
+    """A rank set on disk (the bundled one, --sample's, or the converted capture) and its cluster:
+    --cluster, else the manifest's, else the smallest preset of the traces' GPU."""
+    from xsim_trace.cli.replay import network_for
+    from xsim_trace.graph import attrs as A
+    from xsim_trace.io import read_rank_set
+
+    rs = read_rank_set(prefix)
+    entry = manifest_entry(rs.prefix)
+    if capture is not None:
+        converted = capture[1].get("converted")
+        entry = {**(manifest_entry(str(SAMPLES_DIR / converted / "x")) if converted else {}),
+                 **{k: v for k, v in capture[1].items() if k == "cluster"}}
+    device = rs.traces[0].metadata.attr(A.META_DEVICE)
+    spec = args.cluster or entry.get("cluster") or cluster_for_device(device, len(rs.traces)) or DEMO_CLUSTER
+    cluster, backend = network_for(spec, args.backend)
+    what = entry.get("description") or f"the sample {rs.prefix}"
+    return _DemoInput(rs, cluster, backend, what, None if capture is not None else rs.prefix)
+
+
+def _print_banner(demo: _DemoInput, settings, *, from_capture: bool) -> None:
+    nodes = sum(len(t) for t in demo.rs.traces.values())
+    print(f"xsim demo: replaying {demo.what}")
+    if from_capture:
+        print("           (this replay starts every rank at t=0; the comparison at the end starts each at its "
+              "measured offset)")
+    print(f"           {len(demo.rs.traces)} ranks, {nodes:,} nodes, on {demo.cluster.name} ({demo.cluster.num_ranks} "
+          f"GPUs) with the {demo.backend.name} backend, {settings.chunks} chunk(s) / {settings.in_flight} in flight "
+          f"per collective\n")
+
+
+def _print_validation(capture_path: Path, conversion, demo: _DemoInput) -> None:
+    """The capture's ranks, simulated vs measured, each starting at its measured offset."""
+    from converters.crossrank import alltoall_schedule
+
+    from xsim_trace.validate.compare import format_table
+    from xsim_trace.validate.pipeline import validate_captures
+
+    v, _ = validate_captures(str(capture_path), demo.cluster, lambda _step: (conversion.traces, conversion.comm_groups),
+                             backend=demo.backend.name, alltoall_order=alltoall_schedule)
+    print("\nsimulated vs measured, rank by rank (each rank starts at its measured step-start offset; "
+          "`xsim validate` does this for any capture):")
+    print(format_table(v, collectives=False))

@@ -8,7 +8,7 @@ the user's file (:func:`xsim_trace.devices.catalog_for`).  The resolved DeviceSp
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from xsim_trace.devices.catalog import Catalog
@@ -21,18 +21,24 @@ def add_device_file(parser: "argparse.ArgumentParser | argparse._ArgumentGroup",
     parser.add_argument("--device-file", metavar="YAML", help=help_text)
 
 
-def run_catalog(args: argparse.Namespace) -> "Catalog":
+class DeviceFileArgs(Protocol):
+    """The parsed options of a command that took :func:`add_device_file`."""
+
+    device_file: str | None
+
+
+def run_catalog(args: DeviceFileArgs) -> "Catalog":
     """The catalog the run's names resolve in: built-in plus ``--device-file`` when given."""
     from xsim_trace.devices.catalog import catalog_for
 
-    return catalog_for(getattr(args, "device_file", None))
+    return catalog_for(args.device_file)
 
 
-def resolve_device(args: argparse.Namespace, catalog: "Catalog", flag: str = "--device"):
-    """The DeviceSpec of ``--device`` (None when not given); an unknown name lists the known ones."""
+def resolve_device(name: str | None, catalog: "Catalog", flag: str = "--device"):
+    """The DeviceSpec of ``name``, the value of ``flag`` (None when not given); an unknown name lists
+    the known ones, naming the flag."""
     from xsim_trace.errors import ConfigError
 
-    name = getattr(args, flag.lstrip("-").replace("-", "_"), None)
     if not name:
         return None
     try:

@@ -111,8 +111,8 @@ def resolve_family(args: argparse.Namespace):
     """The --framework family with --cuda-graphs / --no-cuda-graphs applied."""
     from xsim_trace.workload.families import get_family
 
-    family = get_family(getattr(args, "framework", None))
-    if getattr(args, "cuda_graphs", None) is not None:
+    family = get_family(args.framework)
+    if args.cuda_graphs is not None:
         family = family.with_(cuda_graphs=args.cuda_graphs)
     return family
 
@@ -190,7 +190,7 @@ def _write_chakra(args: argparse.Namespace, setup, ranks: list[int] | None) -> l
     from xsim_trace.cli.progress import progress_bar
 
     total = len(set(ranks)) if ranks is not None else setup.fw.world_size
-    with progress_bar(total, "writing ranks", quiet=getattr(args, "quiet", False), unit="rank", min_items=64) as bar:
+    with progress_bar(total, "writing ranks", quiet=args.quiet, unit="rank", min_items=64) as bar:
         result = write_workload(args.out, setup.program, setup.timer, ranks, progress=bar.update)
     return [str(p) for p in result.paths]
 
@@ -236,7 +236,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "files": len(written),
     }
     write_summary(args.summary, summary)
-    if not getattr(args, "quiet", False) and args.summary != "-":
+    if not args.quiet and args.summary != "-":
         oom = " OUT OF MEMORY on stage(s) " + ",".join(str(m.stage) for m in mem if m.out_of_memory) if summary["out_of_memory"] else ""
         print(
             f"wrote {len(written)} file(s) to {args.out}: {setup.model.name} on {setup.fw.world_size} x {setup.device.name}, "

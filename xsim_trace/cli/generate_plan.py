@@ -89,12 +89,12 @@ def cmd_generate_plan(args: argparse.Namespace, doc: Any, ranks: list[int] | Non
         written = list(texts)
     else:
         traces = _selected(wl.result.traces, ranks)
-        cluster_text = _cluster_yaml(wl, getattr(args, "cluster", None), catalog)
+        cluster_text = _cluster_yaml(wl, args.cluster, catalog)
         extra = {CLUSTER_SUFFIX: cluster_text} if cluster_text is not None else None
         written = [str(p) for p in write_rank_set(args.out, traces, wl.result.comm_groups, extra=extra)]
     summary["files"] = written
     write_summary(args.summary, summary)
-    if not getattr(args, "quiet", False) and args.summary != "-":
+    if not args.quiet and args.summary != "-":
         for report in wl.partition_reports:
             for line in report.lines():
                 print(f"partition: {line}")

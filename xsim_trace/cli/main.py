@@ -78,6 +78,8 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="only errors; no progress bars")
+    # -v / -q after the command name land here (only when given: the sub-parsers' default is SUPPRESS)
+    parser.set_defaults(sub_verbose=0, sub_quiet=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _load_commands(sub, (lambda name: name == command) if lazy else (lambda name: True))
@@ -101,8 +103,8 @@ def _add_global_flags(sub: argparse._SubParsersAction) -> None:
 
 
 def _global_flags(args: argparse.Namespace) -> None:
-    args.verbose = int(args.verbose) + int(getattr(args, "sub_verbose", 0))
-    args.quiet = bool(args.quiet or getattr(args, "sub_quiet", False))
+    args.verbose = int(args.verbose) + int(args.sub_verbose)
+    args.quiet = bool(args.quiet or args.sub_quiet)
 
 
 def configure_logging(verbose: int, quiet: bool) -> None:

@@ -110,7 +110,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_partition(args: argparse.Namespace) -> int:
     catalog = run_catalog(args)
     plan = load_plan(args.plan, catalog=catalog).with_strategy(partition=args.mode)
-    tm = load_template(args.source, plan, device=resolve_device(args, catalog), tp=args.tp, catalog=catalog)
+    tm = load_template(args.source, plan, device=resolve_device(args.device, catalog), tp=args.tp, catalog=catalog)
     resolved, reports = resolve_partition(plan, tm)
     for i, report in enumerate(reports):
         names = [f"pipeline {i} stage {s} ({st.group}, TP {st.tp})" for s, st in enumerate(resolved.pipelines[i].stages)]
@@ -126,7 +126,7 @@ def _row_text(row) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     catalog = run_catalog(args)
-    device = resolve_device(args, catalog)
+    device = resolve_device(args.device, catalog)
     plans = [load_plan(p, memory=False, catalog=catalog) for p in args.plans]  # a variant over memory is a marked row
     reshards = _choices(args.reshard, _RESHARDS, "reshard")
     partitions = _choices(args.partition, _PARTITIONS, "partition")

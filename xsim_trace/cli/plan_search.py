@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 from xsim_trace.cli.device_file import add_device_file, run_catalog
 from xsim_trace.errors import ConfigError
+from xsim_trace.io import atomic_write, check_output_folder, output_set
 
 
 def register(psub: argparse._SubParsersAction) -> None:
@@ -38,6 +37,12 @@ def register(psub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-mixed", action="store_true", help="only group replicas (no pipeline through several groups)")
     s.add_argument("--hetero-tp", action="store_true",
                    help="also TP groups over two device groups (half the TP ranks on each, paced by the slower)")
+    s.add_argument("--placement", choices=("pipeline", "stage"), default="pipeline",
+                   help="where ranks sit: pipeline after pipeline (default) or stage by stage (a stage's data-parallel "
+                        "replicas side by side, as HexiScale / FlashFlex and Megatron's rank order place them)")
+    s.add_argument("--every-device", action="store_true", help="only plans that use every device of the cluster")
+    s.add_argument("--distributed-optimizer", action="store_true",
+                   help="plans shard the optimizer state over their data-parallel replicas (ZeRO-1 / FSDP SHARD_GRAD_OP)")
     s.add_argument("--out", required=True, metavar="DIR", help="writes DIR/best_plan.yaml and DIR/search.json")
     add_device_file(s)
     s.set_defaults(func=cmd_search)
@@ -52,9 +57,10 @@ def _space(args: argparse.Namespace, cluster: Any):
 
     if args.objective not in OBJECTIVES:
         raise ConfigError(f"unknown objective {args.objective!r} (choose {', '.join(OBJECTIVES)})", field="--objective")
-    for name in ("gbs", "mbs", "top", "jobs", "max_stages"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"expected a positive integer, found {getattr(args, name)}", field=f"--{name.replace('_', '-')}")
+    counts = {"--gbs": args.gbs, "--mbs": args.mbs, "--top": args.top, "--jobs": args.jobs, "--max-stages": args.max_stages}
+    for flag, value in counts.items():
+        if value < 1:
+            raise ConfigError(f"expected a positive integer, found {value}", field=flag)
     if args.gbs % args.mbs:
         raise ConfigError(f"global batch {args.gbs} is not a multiple of the micro-batch size {args.mbs}", field="--gbs")
     if args.jobs > 1 and args.ray:
@@ -65,7 +71,8 @@ def _space(args: argparse.Namespace, cluster: Any):
         raise ConfigError(exc.message, field="--model") from None
     model = ModelSpec.from_workload(wm, seq_len=args.seq_len, micro_batch_size=args.mbs)
     return Space(groups_from_cluster(cluster), model, args.gbs // args.mbs, max_stages=args.max_stages,
-                 mixed=not args.no_mixed, hetero_tp=args.hetero_tp)
+                 mixed=not args.no_mixed, hetero_tp=args.hetero_tp, placement=args.placement,
+                 every_device=args.every_device, distributed_optimizer=args.distributed_optimizer)
 
 
 def _replay_one(job: tuple) -> int | None:
@@ -151,19 +158,16 @@ def format_rows(result) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _row_json(s) -> dict:
     e = s.estimate
     return {"plan": s.candidate.text(), "family": s.candidate.family, "micro_batches": list(s.shares()),
             "layers": e.layers_text(), "closed_form_step_ns": e.step_ns, "replay_step_ns": s.replay_ns,
             "replay_note": s.replay_note, "mfu": e.mfu, "bubble": e.bubble, "straggler_ns": e.straggler_ns,
             "memory_headroom": e.headroom, "tokens_per_s": e.tokens_per_s * e.step_ns / s.step_ns, "devices": e.devices}
+
+
+#: the files a search writes in --out (together: both or neither)
+_SEARCH_FILES = ("best_plan.yaml", "search.json")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -174,11 +178,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     from xsim_trace.plan.search import resolved, search
     from xsim_trace.layer_templates.template import templates_from_model
 
+    check_output_folder(args.out)  # before the search, not after it
     cluster = load_cluster(args.cluster, catalog=run_catalog(args))  # GPU types resolved once, specs travel down
     space = _space(args, cluster)
     template = templates_from_model(space.model, space.groups[0].device_spec, 1)
     replay, many = _replayers(args, template, cluster)
-    prog = _Progress(getattr(args, "quiet", False))
+    prog = _Progress(args.quiet)
     try:
         result = search(space, template, objective=args.objective, top_k=args.top, budget_s=args.budget,
                         replay=replay, replay_many=many, replay_top=args.replay, progress=prog)
@@ -189,16 +194,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     header = (f"# xsim plan search --cluster {args.cluster} --model {args.model} --gbs {args.gbs} --mbs {args.mbs}"
               f" --objective {args.objective}\n# best: {result.best.candidate.text()}, "
               f"{result.best.step_ns / 1e6:.2f} ms per step ({'replay' if result.best.replay_ns else 'closed form'})\n")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     st = result.stats
     summary = {"cluster": args.cluster, "model": args.model, "gbs": args.gbs, "mbs": args.mbs,
                "seq_len": space.model.seq_len, "objective": args.objective,
                "structures": st.candidates, "evaluated": st.evaluated, "pruned": st.pruned,
                "infeasible": st.infeasible, "budget_hit": st.budget_hit, "replayed": st.replayed,
                "elapsed_s": round(st.elapsed_s, 3), "top": [_row_json(s) for s in result.top]}
-    _write_atomic(out / "best_plan.yaml", header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None))
-    _write_atomic(out / "search.json", json.dumps(summary, indent=1) + "\n")
+    out = Path(args.out)
+    texts = {"best_plan.yaml": header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None),
+             "search.json": json.dumps(summary, indent=1) + "\n"}
+    with output_set(out, _SEARCH_FILES.__contains__, label="search") as staged:
+        for name, text in texts.items():
+            with atomic_write(staged.path(name)) as handle:
+                handle.write(text)
     print(format_rows(result))
     print(f"\n{st.candidates} structures, {st.evaluated} costed by the closed form, {st.pruned} pruned by the bound"
           f"{', budget reached' if st.budget_hit else ''}; {st.replayed} replayed ({args.backend}); "

@@ -5,10 +5,34 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from xsim_trace.cli.progress import progress_bar
 
+if TYPE_CHECKING:
+    from xsim_trace.replay import ReplaySettings
+
 DEFAULT_BACKEND = "analytical"
+
+
+class EngineOptions(Protocol):
+    """The parsed engine options of a replaying command (:func:`add_replay_options`) and its --cluster."""
+
+    cluster: str | None
+    algorithm: list[str]
+    chunks: int | None
+    in_flight: int | None
+    endpoint_delay_ns: int | None
+    reduction_delay_ns: int
+    p2p: str
+
+
+class CollectiveModelOptions(Protocol):
+    """The parsed options of :func:`add_collective_model_flags`."""
+
+    collective_model: str
+    nccl_algo: str | None
+    nccl_proto: str | None
 
 
 def add_collective_model_flags(p: argparse.ArgumentParser) -> None:
@@ -68,13 +92,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_replay)
 
 
-def settings_from_args(args: argparse.Namespace):
-    """Replay settings from the options; with ``--cluster astra:NET,SYS`` the system file's
-    algorithms, chunks, chunks in flight and endpoint delay fill the options not given."""
+def settings_from_args(args: EngineOptions, model: CollectiveModelOptions | None = None) -> "ReplaySettings":
+    """Replay settings from the options, and from ``model``'s where the command has them (else the
+    collective model's defaults); with ``--cluster astra:NET,SYS`` the system file's algorithms,
+    chunks, chunks in flight and endpoint delay fill the options not given."""
     from xsim_trace.cluster.astra import astra_system_of, is_astra_spec
     from xsim_trace.replay import ReplaySettings
 
-    system = astra_system_of(args.cluster) if is_astra_spec(getattr(args, "cluster", None)) else None
+    system = astra_system_of(args.cluster) if is_astra_spec(args.cluster) else None
     algorithms = list(args.algorithm)
     if system is not None and not algorithms:
         algorithms = [f"{ctype.name.lower()}={algo}" for ctype, algo in system.algorithms]
@@ -91,9 +116,8 @@ def settings_from_args(args: argparse.Namespace):
         endpoint_delay_ns=pick(args.endpoint_delay_ns, system and system.endpoint_delay_ns, 0),
         reduction_delay_ns=args.reduction_delay_ns,
         p2p=args.p2p,
-        collective_model=getattr(args, "collective_model", "auto"),
-        nccl_algo=getattr(args, "nccl_algo", None),
-        nccl_proto=getattr(args, "nccl_proto", None),
+        **({} if model is None else {"collective_model": model.collective_model, "nccl_algo": model.nccl_algo,
+                                     "nccl_proto": model.nccl_proto}),
     )
 
 
@@ -196,22 +220,21 @@ def _needs_retarget(metadata, cluster, *, retarget: bool, catalog=None) -> bool:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from xsim_trace.io import read_rank_set
+    from xsim_trace.io import check_output_folder, read_rank_set
     from xsim_trace.replay.api import compile_checked
     from xsim_trace.replay.columnar import compile_rank_files, read_rank_files
     from xsim_trace.report import write_reports
 
     from xsim_trace.devices.catalog import catalog_for
 
-    settings = settings_from_args(args)
+    check_output_folder(args.out)  # before the replay, not after it
+    settings = settings_from_args(args, args)
     # resolved once, handed down; without --device-file, None: the built-in catalog, parsed (YAML,
     # ~0.05-0.1 s) only if a non-generic device name needs it
-    device_file = getattr(args, "device_file", None)
-    catalog = catalog_for(device_file) if device_file is not None else None
-    chunk_bytes = getattr(args, "chunk_bytes", None)
-    options = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
+    catalog = catalog_for(args.device_file) if args.device_file is not None else None
+    options = {} if args.chunk_bytes is None else {"chunk_bytes": args.chunk_bytes}
     cluster, backend = network_for(args.cluster, args.backend, catalog, options)
-    quiet = getattr(args, "quiet", False)
+    quiet = args.quiet
     # each rank file read once: its metadata comes from the bytes the column decoder walked
     read = read_rank_files(args.trace, partial=True)
     metadata = read.metadata()

@@ -10,6 +10,7 @@ from xsim_trace.cli.device_file import add_device_file, resolve_device, run_cata
 from xsim_trace.devices.catalog import Catalog
 from xsim_trace.devices.spec import DeviceSpec
 from xsim_trace.errors import ConfigError
+from xsim_trace.graph.model import Trace
 from xsim_trace.io import find_rank_files, read_et, write_rank_set
 from xsim_trace.plan.model import Plan
 from xsim_trace.plan.parse import load_plan
@@ -65,6 +66,7 @@ def load_template(source: str, plan: Plan, *, device: DeviceSpec | None = None, 
         if rank not in files:
             raise ConfigError(f"rank {rank} is not in the set (ranks 0..{max(files)})", file=source, field="--rank")
         trace = read_et(files[rank])
+    _refuse_broken(trace)
     if check:
         from xsim_trace.rewrite.guards import check_source_device, check_trace_shape
 
@@ -73,10 +75,19 @@ def load_template(source: str, plan: Plan, *, device: DeviceSpec | None = None, 
     return extract_templates(trace, device=device, tp=tp, model=plan.model, catalog=catalog)
 
 
+def _refuse_broken(trace: Trace) -> None:
+    """A template source whose graph is broken (a cycle, duplicate ids, values out of range) is
+    refused as replay refuses it; a dependency on a node absent from the file is not (templates take
+    per-layer kernel times, not the dependencies, and captures often reference nodes outside the step)."""
+    from xsim_trace.graph.checks import ProblemKind, check_trace, raise_problems
+
+    raise_problems([p for p in check_trace(trace) if p.kind is not ProblemKind.DANGLING_DEP])
+
+
 def cmd_rewrite(args: argparse.Namespace) -> int:
     catalog = run_catalog(args)
     plan = load_plan(args.plan, catalog=catalog).with_strategy(reshard=args.reshard, partition=args.partition)
-    template = load_template(args.source, plan, device=resolve_device(args, catalog), tp=args.tp, rank=args.rank,
+    template = load_template(args.source, plan, device=resolve_device(args.device, catalog), tp=args.tp, rank=args.rank,
                              check=not args.allow_mismatch, catalog=catalog)
     res: RewriteResult = rewrite(plan, template)
     write_rank_set(args.out, res.traces, res.comm_groups)

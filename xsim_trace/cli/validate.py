@@ -9,7 +9,7 @@ from pathlib import Path
 
 from xsim_trace.cli.device_file import add_device_file, run_catalog
 from xsim_trace.cli.replay import add_collective_model_flags
-from xsim_trace.io import atomic_write
+from xsim_trace.io import atomic_write, check_output_folder
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +44,14 @@ def run(args: argparse.Namespace) -> int:
 
     from xsim_trace.errors import ConfigError
     from xsim_trace.validate.compare import format_table
-    from xsim_trace.validate.measured import peer_waits
     from xsim_trace.cluster import load_cluster
     from xsim_trace.validate.pipeline import validate_captures
 
     if args.plot and not args.out:
         raise ConfigError("--plot needs --out DIR", field="--plot")
-    step = args.step
-    if step is not None and step != "all":
-        try:
-            step = int(step)
-        except ValueError:
-            raise ConfigError(f"expected a ProfilerStep number or 'all', found {step!r}", field="--step") from None
+    if args.out:
+        check_output_folder(args.out)  # before the replay, not after it
+    step = _step_of(args.step)
     cluster = load_cluster(args.cluster, catalog=run_catalog(args))  # fail on a bad cluster before reading the traces
     kts = read_ranks(resolve_inputs(args.traces))
     ets = None
@@ -81,18 +77,37 @@ def run(args: argparse.Namespace) -> int:
                                     skew=not args.no_skew, alltoall_order=alltoall_schedule, settings=settings)
     print(format_table(v, collectives=not args.no_collectives))
     if args.out:
-        out = Path(args.out)
-        doc = v.to_dict()
-        doc["measured"] = {str(r): m.to_dict() for r, m in measured.items()}
-        waits = peer_waits(measured)
-        if waits:  # ranks on one clock: time each rank spent in NCCL waiting for its last peer
-            doc["measured_peer_wait_ns"] = {str(r): sum(w.wait_ns for w in waits if w.rank == r) for r in measured}
-        with atomic_write(out / "validation.json") as f:
+        _write_outputs(Path(args.out), v, measured, plot=args.plot)
+    return 0
+
+
+def _step_of(text: str | None) -> int | str | None:
+    """``--step``: a ProfilerStep number, ``all``, or None (the last)."""
+    if text is None or text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        from xsim_trace.errors import ConfigError
+
+        raise ConfigError(f"expected a ProfilerStep number or 'all', found {text!r}", field="--step") from None
+
+
+def _write_outputs(out: Path, v, measured: dict, *, plot: bool) -> None:
+    from xsim_trace.io import output_set
+    from xsim_trace.validate.measured import peer_waits
+
+    doc = v.to_dict()
+    doc["measured"] = {str(r): m.to_dict() for r, m in measured.items()}
+    waits = peer_waits(measured)
+    if waits:  # ranks on one clock: time each rank spent in NCCL waiting for its last peer
+        doc["measured_peer_wait_ns"] = {str(r): sum(w.wait_ns for w in waits if w.rank == r) for r in measured}
+    with output_set(out, label="validate") as staged:  # both files or neither; nothing else removed
+        with atomic_write(staged.path("validation.json")) as f:
             json.dump(doc, f, indent=1, sort_keys=True)
             f.write("\n")
-        if args.plot:
+        if plot:
             from xsim_trace.validate.plot import plot_validation
 
-            plot_validation(v, out / "validation.png")
-        log.info("wrote %s", out)
-    return 0
+            plot_validation(v, staged.path("validation.png"))
+    log.info("wrote %s", out)

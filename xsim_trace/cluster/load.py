@@ -33,13 +33,13 @@ _GROUP_KEYS = {"name", "gpu", "gpu_type", "count", "nodes", "devices_per_node", 
 _NCCL_KEYS = {"net", "host_cpu", "nvls", "collnet", "intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "latency_us", "simple_latency_us",
               "net_latency_us", "algorithms", "protocols", "ll_latency_us", "ll128_latency_us", "ll_bw_scale",
               "ll128_bw_scale", "simple_bw_scale", "simple_fill_us", "simple_fill_bytes", "tree_fill_us",
-              "tree_fill_bytes", "mtu_bytes", "tcp_offload"}
+              "tree_fill_bytes", "mtu_bytes", "tcp_offload", "nvls_tree_bw_scale"}
 #: optional NCCL tuning numbers: (key, smallest allowed value: None = any, 0.0 = non-negative, "positive")
 _NCCL_OPTIONAL: tuple[tuple[str, float | str | None], ...] = (
     ("ll_latency_us", None), ("ll128_latency_us", None), ("simple_latency_us", None),
     ("ll_bw_scale", "positive"), ("ll128_bw_scale", "positive"), ("simple_bw_scale", "positive"),
     ("simple_fill_us", 0.0), ("simple_fill_bytes", 0.0), ("tree_fill_us", 0.0),
-    ("tree_fill_bytes", 0.0))
+    ("tree_fill_bytes", 0.0), ("nvls_tree_bw_scale", "positive"))
 _NET_KINDS = ("ib", "roce", "ethernet")
 #: the Ethernet MTU a cluster file may give: IPv4's minimum (576 B) to jumbo frames (9216 B, the common switch maximum)
 MIN_MTU_BYTES, MAX_MTU_BYTES = 576, 9216

@@ -85,6 +85,8 @@ class NcclTuning:
     ll_bw_scale: float | None = None  # factor on the LL protocol's modelled bandwidth (fitted)
     ll128_bw_scale: float | None = None  # factor on the LL128 protocol's modelled bandwidth (fitted)
     simple_bw_scale: float | None = None  # factor on the Simple protocol's modelled bandwidth (fitted)
+    #: NVLS-tree's NVLink-side bandwidth across nodes, relative to single-node NVLS (measured per link generation)
+    nvls_tree_bw_scale: float | None = None
     #: Simple-protocol pipeline fill: ``simple_fill_us x min(1, size / simple_fill_bytes)`` is added (fitted)
     simple_fill_us: float | None = None
     simple_fill_bytes: float | None = None

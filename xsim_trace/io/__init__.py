@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 #: public name -> the module of this package that defines it
 _HOME = {
     "atomic_write": "atomic",
+    "check_output_folder": "atomic",
     "StagedSet": "outset",
     "output_set": "outset",
     "recover": "outset",
@@ -49,7 +50,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from xsim_trace.io.atomic import atomic_write
+    from xsim_trace.io.atomic import atomic_write, check_output_folder
     from xsim_trace.io.et import iter_messages, iter_nodes, read_et, write_et
     from xsim_trace.io.metadata import read_metadata
     from xsim_trace.io.outset import StagedSet, output_set, recover

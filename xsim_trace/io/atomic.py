@@ -54,6 +54,15 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w", encoding: str | 
         raise
 
 
+def check_output_folder(path: str | os.PathLike[str]) -> None:
+    """Refuse, before any work, an output folder that cannot be made: ``path`` or an ancestor exists
+    and is not a folder.  Creates nothing (a run that fails later leaves no empty folder)."""
+    folder = Path(path)
+    blocker = _blocker(folder)
+    if blocker:
+        raise OutputError(f"cannot create the output folder: {blocker}", file=str(folder))
+
+
 def _blocker(folder: Path) -> str | None:
     """Why ``folder`` cannot be made when an ancestor (or itself) exists but is not a folder."""
     for p in (folder, *folder.parents):

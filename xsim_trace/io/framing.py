@@ -79,69 +79,84 @@ def _peek(stream: IO[bytes], n: int) -> bytes:
 
 def iter_records(stream: IO[bytes], name: str) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, payload)`` for each record of ``stream``; offset is where its prefix starts."""
-    buf = b""
-    pos = 0  # index into buf
-    base = 0  # stream offset of buf[0]
-    eof = False
+    window = _Window(stream, name)
+    while True:
+        head = window.length_prefix()
+        if head is None:
+            return
+        yield window.payload(*head)
 
-    def refill() -> bool:
-        nonlocal buf, pos, base, eof
-        if eof:
+
+class _Window:
+    """A window over ``stream`` read in chunks: ``buf[pos:]`` is not consumed yet, ``base`` is the
+    stream offset of ``buf[0]``; a record split across chunks is kept whole by refilling from its start."""
+
+    __slots__ = ("stream", "name", "buf", "pos", "base", "eof")
+
+    def __init__(self, stream: IO[bytes], name: str) -> None:
+        self.stream, self.name = stream, name
+        self.buf = b""
+        self.pos = 0
+        self.base = 0
+        self.eof = False
+
+    def refill(self) -> bool:
+        """Drop the consumed bytes and append the next chunk; False at the end of the stream."""
+        if self.eof:
             return False
         try:
-            more = stream.read(CHUNK_BYTES)
+            more = self.stream.read(CHUNK_BYTES)
         except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
-            raise FormatError(f"cannot decompress: {exc}", file=name, offset=base + len(buf)) from None
+            raise FormatError(f"cannot decompress: {exc}", file=self.name, offset=self.base + len(self.buf)) from None
         if not more:
-            eof = True
+            self.eof = True
             return False
-        base += pos
-        buf = buf[pos:] + more
-        pos = 0
+        self.base += self.pos
+        self.buf = self.buf[self.pos:] + more
+        self.pos = 0
         return True
 
-    while True:
-        if pos >= len(buf) and not refill():
-            return
-        start = pos
-        # decode the varint32 length prefix
-        length = 0
-        shift = 0
+    def length_prefix(self) -> tuple[int, int] | None:
+        """(start, length) of the next record, ``pos`` just after its varint32 length prefix; None at a
+        clean end of the stream."""
+        if self.pos >= len(self.buf) and not self.refill():
+            return None
         while True:
-            if pos >= len(buf):
-                pos = start
-                if not refill():
-                    raise FormatError(
-                        "truncated record: file ends inside a length prefix", file=name, offset=base + pos
-                    )
-                start = pos
-                length = 0
-                shift = 0
-                continue
-            byte = buf[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-            if shift >= 35:
-                raise FormatError("corrupt record: length prefix longer than 5 bytes", file=name, offset=base + start)
-        if length > MAX_RECORD_BYTES:
-            raise FormatError(f"corrupt record: implausible length {length}", file=name, offset=base + start)
-        prefix_len = pos - start
-        end = pos + length
-        while end > len(buf):
-            pos = start  # keep the whole record (prefix included) in the window
-            if not refill():
-                have = len(buf) - start - prefix_len
-                raise FormatError(
-                    f"truncated record: needs {length} bytes, file has {have} left", file=name, offset=base + start
-                )
+            start = pos = self.pos
+            length = shift = 0
+            while pos < len(self.buf):
+                byte = self.buf[pos]
+                pos += 1
+                length |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    if length > MAX_RECORD_BYTES:
+                        raise FormatError(f"corrupt record: implausible length {length}", file=self.name,
+                                          offset=self.base + start)
+                    self.pos = pos
+                    return start, length
+                shift += 7
+                if shift >= 35:
+                    raise FormatError("corrupt record: length prefix longer than 5 bytes", file=self.name,
+                                      offset=self.base + start)
+            if not self.refill():  # the chunk ends inside the prefix: decode it again from a fuller window
+                raise FormatError("truncated record: file ends inside a length prefix", file=self.name,
+                                  offset=self.base + self.pos)
+
+    def payload(self, start: int, length: int) -> tuple[int, bytes]:
+        """(offset, bytes) of the record whose prefix starts at ``start`` (``pos`` is after the prefix)."""
+        prefix_len = self.pos - start
+        end = self.pos + length
+        while end > len(self.buf):
+            self.pos = start  # keep the whole record (prefix included) in the window
+            if not self.refill():
+                have = len(self.buf) - start - prefix_len
+                raise FormatError(f"truncated record: needs {length} bytes, file has {have} left", file=self.name,
+                                  offset=self.base + start)
             start = 0
-            pos = prefix_len
-            end = pos + length
-        yield base + start, buf[pos:end]
-        pos = end
+            self.pos = prefix_len
+            end = self.pos + length
+        self.pos = end
+        return self.base + start, self.buf[end - length:end]
 
 
 def read_all_records(source: str | os.PathLike[str] | IO[bytes]) -> Iterator[tuple[int, bytes, str]]:

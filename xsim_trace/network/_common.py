@@ -1,7 +1,9 @@
-"""Shared bits of the built-in backends: argument checks, rounding."""
+"""Shared bits of the built-in backends: argument checks, rounding, the completion queue of flows
+whose finish is fixed when they start."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Any
 
@@ -26,6 +28,36 @@ def to_ns(x: float, rounding: str) -> int:
     if rounding == "floor":
         return int(x) if x >= 0 else int(math.floor(x))
     return int(math.ceil(x - 1e-9 * abs(x)))
+
+
+class CompletionQueue:
+    """Flows whose completion time is known when they start (a contention-free or booking backend):
+    a heap of ``(finish_ns, flow_id)``, so flows finish in time order and, on a tie, by flow id.
+    The ``start_flow`` / ``next_completion_ns`` / ``advance`` of such a backend are :meth:`push`,
+    :meth:`next_ns` and :meth:`pop_until`."""
+
+    __slots__ = ("_heap",)
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, finish_ns: int, flow_id: int) -> None:
+        heapq.heappush(self._heap, (finish_ns, flow_id))
+
+    def next_ns(self) -> int | None:
+        """The earliest completion time, None when no flow is in flight."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_until(self, now_ns: int) -> list[int]:
+        """The ids of the flows finished by ``now_ns``, in (finish, id) order, taken off the queue."""
+        out = []
+        h = self._heap
+        while h and h[0][0] <= now_ns:
+            out.append(heapq.heappop(h)[1])
+        return out
 
 
 class FlowChecks:

@@ -21,12 +21,11 @@ prices each collective step that way).
 
 from __future__ import annotations
 
-import heapq
 from typing import ClassVar
 
 import numpy as np
 
-from xsim_trace.network._common import FlowChecks, check_rounding, endpoint_port_mask, to_ns
+from xsim_trace.network._common import CompletionQueue, FlowChecks, check_rounding, endpoint_port_mask, to_ns
 from xsim_trace.network.protocol import BackendCapabilities, Flow, TopologyLike
 
 
@@ -43,7 +42,7 @@ class AnalyticalBackend(FlowChecks):
             self.capabilities = BackendCapabilities(closed_form=True, contention_free=True)
         self._now_ns = 0
         self._active: set[int] = set()
-        self._heap: list[tuple[int, int]] = []
+        self._done = CompletionQueue()
         self._path: dict[tuple[int, int], tuple[float, float, tuple[int, ...]]] = {}
         self._bw = [float(x) for x in topology.bw_Bpns]
         self._is_port = endpoint_port_mask(topology) if self.endpoint_sharing else [False] * len(self._bw)
@@ -120,20 +119,16 @@ class AnalyticalBackend(FlowChecks):
         self._check_start(flow, now_ns)
         self._active.add(flow.flow_id)
         self.flows_started += 1
-        heapq.heappush(self._heap, (self._book(flow.src, flow.dst, flow.size_bytes, now_ns), flow.flow_id))
+        self._done.push(self._book(flow.src, flow.dst, flow.size_bytes, now_ns), flow.flow_id)
 
     def next_completion_ns(self, horizon_ns: int | None = None) -> int | None:
-        return self._heap[0][0] if self._heap else None
+        return self._done.next_ns()
 
     def advance(self, now_ns: int) -> list[int]:
         self._check_advance(now_ns)
         self._now_ns = now_ns
-        out = []
-        h = self._heap
-        while h and h[0][0] <= now_ns:
-            _, fid = heapq.heappop(h)
-            out.append(fid)
-            self._active.discard(fid)
+        out = self._done.pop_until(now_ns)
+        self._active.difference_update(out)
         return out
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any, MutableMapping
 from xsim_trace.errors import ConfigError
 from xsim_trace.plan.layer_split import uniform_partition
 from xsim_trace.plan.partition import boundaries, stage_costs
+from xsim_trace.plan.placement import layout
 from xsim_trace.plan.memory import stage_memory_bytes
 from xsim_trace.plan.model import Plan, PipelinePlan
 from xsim_trace.plan.stage_cost import StageCost, best_counts, pipeline_ns, ring_allreduce_ns
@@ -62,8 +63,10 @@ class PlanEstimate:
 
 
 def _plan_key(plan: Plan) -> tuple:
-    """What a pipeline's estimate depends on besides its stages and micro-batches."""
-    return (plan.schedule, plan.chunks, plan.reshard, plan.partition, plan.groups, plan.model)
+    """What a pipeline's estimate depends on besides its stages and micro-batches (under ``stage`` placement
+    also the other pipelines, which decide where its stages sit)."""
+    where = tuple(p.stages for p in plan.pipelines) if plan.placement == "stage" else ()
+    return (plan.schedule, plan.chunks, plan.reshard, plan.partition, plan.groups, plan.model, plan.placement, where)
 
 
 def _counts(plan: Plan, index: int, costs: list[StageCost]) -> tuple[int, ...]:
@@ -125,13 +128,16 @@ def _segments(kinds: list[tuple[PipelinePlan, PipelineEstimate]], chunks: int) -
     return segs
 
 
-def dp_sync_ns(plan: Plan, nbytes: float, members: int, stages: list, one_node: set[str]) -> float:
+def dp_sync_ns(plan: Plan, nbytes: float, members: int, stages: list, one_node: set[str], same_node: bool = False
+               ) -> float:
     """The DP all-reduce of ``nbytes`` of gradient over ``members`` replicas whose stages are
     ``stages``: the LCM rings run concurrently, and a member of TP ``t`` holds ``nbytes / t`` of the
     gradient, which its ring(s) move through that rank's own link, so the sync lasts as long as the
     slowest member's ring all-reduce of ``nbytes / t`` on its link: NVLink when every member sits in
-    one group placed within one node (``one_node``), else the member's NIC."""
-    intra = all(not st.mixed and st.group == stages[0].group for st in stages) and stages[0].group in one_node
+    one group placed within one node (``one_node``; ``same_node``: the layout puts them in one node),
+    else the member's NIC."""
+    intra = all(not st.mixed and st.group == stages[0].group for st in stages) and (
+        same_node or stages[0].group in one_node)
     out = 0.0
     for st in stages:
         for g in plan.stage_groups(st):
@@ -186,6 +192,11 @@ def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any
                 for g, k in st.parts:
                     used[g] = used.get(g, 0) + n * k
         one_node = {g.name for g in plan.groups if used.get(g.name, 0) <= g.devices_per_node}
+        lay = layout(plan) if plan.placement == "stage" else None  # where each stage's replicas sit
+        lay_info = {r.rank: r for r in lay.ranks} if lay is not None else {}
+        pipes_of: list[list[int]] = [[] for _ in kinds]
+        for i, (pipe, est) in enumerate(zip(plan.pipelines, ests)):
+            pipes_of[kind_of[(id(pipe), id(est))]].append(i)
         last_v = [len(p.stages) * plan.chunks - 1 for p, _ in kinds]
         for iv in dp_intervals(_segments(kinds, plan.chunks)):
             members = iv.members
@@ -198,7 +209,9 @@ def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any
             if all(c * len(kinds[k][0].stages) + s == last_v[k] for k, s, c in members):
                 nbytes += base.post_grad_bytes
             stages = [kinds[k][0].stages[s] for k, s, _ in members]
-            ar = dp_sync_ns(plan, nbytes, size, stages, one_node)
+            same = lay is not None and len({lay_info[r].node for k, s, _ in members for i in pipes_of[k]
+                                            for r in lay.of(i, s)}) == 1
+            ar = dp_sync_ns(plan, nbytes, size, stages, one_node, same)
             ready = [kinds[k][1].finish_ns[s] for k, s, _ in members]
             dp_ns = max(dp_ns, ar)
             straggler = max(straggler, max(ready) - min(ready))

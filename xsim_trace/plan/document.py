@@ -105,4 +105,8 @@ def plan_document(plan: Plan, *, name: str | None = None) -> dict[str, Any]:
     }
     if plan.chunks > 1:
         doc["chunks"] = plan.chunks
+    if plan.distributed_optimizer:
+        doc["distributed_optimizer"] = True
+    if plan.placement != "pipeline":
+        doc["placement"] = plan.placement
     return doc

@@ -21,6 +21,10 @@ from xsim_trace.units import gbps_to_GBps
 DP_STRATEGIES = ("lcm-rings", "single-ring")
 RING_ORDERS = ("bandwidth", "as-given")
 PARTITIONS = ("given", "auto", "uniform")
+#: where a plan's ranks sit in their device groups: ``pipeline`` (each pipeline's stages on the group's next devices,
+#: pipeline after pipeline) or ``stage`` (stage by stage, each stage's replicas on consecutive devices, so a stage's
+#: data-parallel peers share a node where they fit: HexiScale / FlashFlex's layout, ``--devices_id``)
+PLACEMENTS = ("pipeline", "stage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,12 @@ class Plan:
     global_batch: int = 0
     name: str = ""
     source: str = field(default="", compare=False)
+    placement: str = "pipeline"  # one of PLACEMENTS
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"unknown placement {self.placement!r} (choose {', '.join(PLACEMENTS)})",
+                              file=self.source or None, field="placement")
 
     def stage_groups(self, st: StagePlan) -> tuple[DeviceGroup, ...]:
         """The device groups a stage's TP ranks sit on."""

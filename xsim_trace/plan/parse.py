@@ -21,7 +21,7 @@ from xsim_trace.plan.validate import validate_plan
 
 PLAN_FIELDS = frozenset({"name", "model", "device_groups", "pipelines", "micro_batches", "global_batch", "schedule",
                          "chunks", "dp_allreduce", "reshard", "ring_order", "partition", "grad_reduce_dtype",
-                         "distributed_optimizer", "expert_parallel"})
+                         "distributed_optimizer", "expert_parallel", "placement"})
 GRAD_DTYPES = {"fp32": 4, "bf16": 2}
 GROUP_FIELDS = frozenset({"name", "device", "count", "devices_per_node", "intra_node_GBps", "nic_gbps"})
 PIPELINE_FIELDS = frozenset({"name", "stages", "replicas", "micro_batches"})
@@ -237,6 +237,7 @@ def plan_from_mapping(data: Any, file: str = "<plan>", *, memory: bool = True, c
         partition=partition if partition != "given" or not any(not s.chunks for p in pipelines for s in p.stages) else "auto",
         global_batch=c.get(data, "global_batch", "", int, 0),
         distributed_optimizer=c.get(data, "distributed_optimizer", "", bool, False),
+        placement=c.get(data, "placement", "", str, "pipeline"),
         name=str(data.get("name", Path(file).stem)),
         source=file,
     )

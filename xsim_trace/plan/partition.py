@@ -63,9 +63,11 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
     pipe = plan.pipelines[index]
     p, v = len(pipe.stages), plan.chunks
     probe = replace(plan, pipelines=(pipe,))
-    lay = layout(probe)
+    if plan.placement == "stage":  # where a stage sits depends on the replicas: the slowest of those alike
+        lay, probe, mine = layout(plan), plan, [i for i, q in enumerate(plan.pipelines) if q.stages == pipe.stages]
+    else:
+        lay, mine = layout(probe), [0]
     info = {r.rank: r for r in lay.ranks}
-    first = [info[lay.of(0, s)[0]] for s in range(p)]
     act = tset.base.activation_bytes
     out = []
     for vs in range(1, p * v):
@@ -73,7 +75,7 @@ def boundaries(plan: Plan, index: int, templates: Templates) -> list[Boundary]:
         if a == b:
             continue
         ta, tb = pipe.stages[a].tp, pipe.stages[b].tp
-        bw = first[a].bw_GBps(first[b], probe)
+        bw = min(info[lay.of(i, a)[0]].bw_GBps(info[lay.of(i, b)[0]], probe) for i in mine)
         ga, gb = plan.stage_tp_GBps(pipe.stages[a]), plan.stage_tp_GBps(pipe.stages[b])
         out.append(Boundary(a, b, exchange_ns(act, ta, tb, plan.reshard, bw, gather_GBps=gb),
                             exchange_ns(act, tb, ta, plan.reshard, bw, gather_GBps=ga), ta == tb))

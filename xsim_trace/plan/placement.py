@@ -44,23 +44,33 @@ class Layout:
 
 
 def layout(plan: Plan) -> Layout:
-    """Ranks numbered pipeline by pipeline, stage by stage, TP rank by TP rank; each stage takes the
-    next ``tp`` devices of its group (so a TP group stays inside a node when it fits); a TP group over
-    several device groups takes the next devices of each in turn."""
+    """Ranks numbered pipeline by pipeline, stage by stage, TP rank by TP rank.  Devices: under the plan's
+    ``pipeline`` placement each stage takes the next ``tp`` devices of its group (so a TP group stays inside a
+    node when it fits); under ``stage`` placement stage 0 of every pipeline first, then stage 1, ... (a stage's
+    replicas on consecutive devices); a TP group over several device groups takes the next devices of each in
+    turn."""
     cursor = {g.name: 0 for g in plan.groups}
+    order = [(p, s) for p, pipe in enumerate(plan.pipelines) for s in range(len(pipe.stages))]
+    if plan.placement == "stage":
+        order.sort(key=lambda ps: (ps[1], ps[0]))
+    devices: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for p, s in order:
+        mine = []
+        for name, count in plan.pipelines[p].stages[s].parts:
+            for _ in range(count):
+                mine.append((name, cursor[name]))
+                cursor[name] += 1
+        devices[(p, s)] = mine
     ranks: list[RankInfo] = []
     stage_ranks: dict[tuple[int, int], tuple[int, ...]] = {}
     for p, pipe in enumerate(plan.pipelines):
         for s, st in enumerate(pipe.stages):
             mine = []
-            for name, count in st.parts:  # a TP group over several device groups: its ranks on each in turn
+            for name, idx in devices[(p, s)]:
                 g = plan.group(name)
-                for _ in range(count):
-                    idx = cursor[g.name]
-                    cursor[g.name] += 1
-                    r = len(ranks)
-                    ranks.append(RankInfo(r, p, s, len(mine), st.tp, g.name, g.device_spec, idx,
-                                          f"{g.name}/{idx // g.devices_per_node}"))
-                    mine.append(r)
+                r = len(ranks)
+                ranks.append(RankInfo(r, p, s, len(mine), st.tp, g.name, g.device_spec, idx,
+                                      f"{g.name}/{idx // g.devices_per_node}"))
+                mine.append(r)
             stage_ranks[(p, s)] = tuple(mine)
     return Layout(tuple(ranks), stage_ranks)

@@ -109,7 +109,8 @@ class Candidate:
                 k += 1
         return Plan(model=space.model, groups=space.groups, pipelines=tuple(pipes), micro_batches=max(shares),
                     schedule=self.schedule, chunks=self.chunks, reshard=self.reshard, partition="auto",
-                    global_batch=space.micro_batches * space.model.micro_batch_size, name="search")
+                    global_batch=space.micro_batches * space.model.micro_batch_size, name="search",
+                    distributed_optimizer=space.distributed_optimizer, placement=space.placement)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,9 @@ class Space:
     reshards: tuple[ReshardStrategy, ...] = tuple(ReshardStrategy)
     mixed: bool = True
     hetero_tp: bool = False  # also TP groups over two device groups (half the TP ranks on each)
+    distributed_optimizer: bool = False  # plans shard the optimizer state over their DP replicas (ZeRO-1/2)
+    placement: str = "pipeline"  # where the plans' ranks sit (xsim_trace.plan.model.PLACEMENTS)
+    every_device: bool = False  # only structures that use every device of every group (a run given the cluster)
 
     def tps(self, g: DeviceGroup) -> list[int]:
         m = self.model
@@ -210,13 +214,28 @@ def mixed_structures(space: Space) -> Iterator[tuple[Replicas, ...]]:
 
 
 def structures(space: Space) -> Iterator[tuple[tuple[Replicas, ...], str]]:
-    """Every structure of the space with its family."""
+    """Every structure of the space with its family (with ``every_device``: those that leave no device idle)."""
+    def keep(reps: tuple[Replicas, ...]) -> bool:
+        return not space.every_device or uses_every_device(space, reps)
+
     for reps in replica_structures(space):
-        yield reps, "replicas"
+        if keep(reps):
+            yield reps, "replicas"
     for reps in mixed_structures(space):
-        yield reps, "mixed"
+        if keep(reps):
+            yield reps, "mixed"
     for reps in hetero_tp_structures(space):
-        yield reps, "hetero-tp"
+        if keep(reps):
+            yield reps, "hetero-tp"
+
+
+def uses_every_device(space: Space, reps: Sequence[Replicas]) -> bool:
+    used: dict[str, int] = {}
+    for r in reps:
+        for p in r.parts:
+            for g, n in p.groups:
+                used[g] = used.get(g, 0) + r.count * n
+    return all(used.get(g.name, 0) == g.count for g in space.groups)
 
 
 def candidates(space: Space) -> Iterator[Candidate]:

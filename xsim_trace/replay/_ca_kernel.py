@@ -15,7 +15,15 @@ It runs the reference engine's rules in the reference's order, so the times come
   ARRIVE (a flow's head reaches hop ``h``), FREE (a link is released), DONE (the tail reaches the
   destination); a flow is in exactly one place at a time (a heap entry or one link's FIFO), so its
   hop and tail time live in its slot.  Each event costs O(log n) heap work, whatever the flows in
-  flight.
+  flight;
+- symmetry folding (:mod:`~xsim_trace.replay.fold_ca`): an instance may hold folded members (node
+  -1) that do not run, and a flow that lands at one counts for its twin position (``inst_twin``).
+  Where the event order decides at a link (a flow reaching it at the instant of another arrival or
+  of its release) the run says so, for the folded run numbers its events differently: ``S_LINK_TIE``
+  where that cannot be carried over, else the pair of first-hop arrivals and their *causes* (the
+  node whose start sent each: ``-2 - node`` where the node is a collective member whose start drive
+  sent it, -1 unknown) after the scalars, for :func:`~xsim_trace.replay.fold_ca.ties_carry_over`;
+  per node, the batch of node starts it began in and its place there (``batch``).
 
 Fixed-size state (arrays the caller owns); a push past a capacity sets ``S_OVER`` and the caller
 reruns from scratch with larger arrays (deterministic, so the result is the same).
@@ -40,20 +48,23 @@ B_ARRIVE, B_FREE, B_DONE = 0, 1, 2
 # what a landed flow completes
 CB_COLL, CB_EAGER, CB_RDV = 0, 1, 2
 # flow slot fields
-F_FID, F_SIZE, F_ROUTE, F_NH, F_HOP, F_TAIL, F_NEXT, F_CB, F_A, F_B, F_C, F_D, F_E = range(13)
-NF = 13
+F_FID, F_SIZE, F_ROUTE, F_NH, F_HOP, F_TAIL, F_NEXT, F_CB, F_A, F_B, F_C, F_D, F_E, F_CAUSE = range(14)
+NF = 14
 # frames of the collective driver
 FR_ENTER, FR_CHUNK, FR_POST = 0, 1, 2
-(S_TURN_SEQ, _S_UNUSED1, _S_UNUSED2, _S_UNUSED3, S_FID, S_FREE, S_INFLIGHT, S_NFIN, S_HCOUNT, S_OVER, S_EVENTS, S_FINISHED,
- S_FLOWS, S_COLLS, S_SEEDED, S_BEVENTS, S_BOPS) = range(17)
-N_SCALARS = 17
+(S_TURN_SEQ, S_LINK_TIE, S_NTIES, S_CAUSE, S_FID, S_FREE, S_INFLIGHT, S_NFIN, S_HCOUNT, S_OVER, S_EVENTS, S_FINISHED,
+ S_FLOWS, S_COLLS, S_SEEDED, S_BEVENTS, S_BOPS, S_BATCH) = range(18)
+N_SCALARS = 18
+#: first-hop arrival ties recorded after the scalars (pairs of causes); more set ``S_LINK_TIE``
+TIE_CAP = 256
 NO_HORIZON = 1 << 62
 #: the read-only int64 tables packed into one array ``S`` (offsets ``O`` in this order): a call then
 #: passes one array, not fifteen (numba counts references of every array argument, atomically, on
 #: every call: that was half of the time per flow)
 PACKED = ("inst_nodes_ptr", "inst_nodes", "inst_k", "inst_plan_ptr", "inst_plans", "inst_cp", "plan_step_ptr",
-          "step_tab", "tab_base", "e_need", "e_sptr", "s_q", "s_size", "s_route", "route_ptr", "route_links")
-(O_INP, O_IN, O_K, O_IPP, O_IPL, O_ICP, O_PSP, O_ST, O_TB, O_EN, O_ESP, O_SQ, O_SSZ, O_SRT, O_RP, O_RL) = range(16)
+          "step_tab", "tab_base", "e_need", "e_sptr", "s_q", "s_size", "s_route", "route_ptr", "route_links",
+          "inst_twin")
+(O_INP, O_IN, O_K, O_IPP, O_IPL, O_ICP, O_PSP, O_ST, O_TB, O_EN, O_ESP, O_SQ, O_SSZ, O_SRT, O_RP, O_RL, O_TW) = range(17)
 #: the per-chunk-member and per-member progress packed into ``M`` (offsets ``OM`` in this order)
 PACKED_PROGRESS = ("cp_wait", "cp_pend", "cp_over", "p_done", "p_fin")
 
@@ -89,6 +100,7 @@ def _slot(h, t):
 
 @njit(cache=True, nogil=True)
 def _epush(h, t, k, a, b, c, d):
+    """An engine event; its cause (column 7) is the one being handled (the header's column 3)."""
     i = _slot(h, t)
     if i:
         h[i, 2] = k
@@ -96,6 +108,14 @@ def _epush(h, t, k, a, b, c, d):
         h[i, 4] = b
         h[i, 5] = c
         h[i, 6] = d
+        h[i, 7] = h[0, 3]
+
+
+@njit(cache=True, nogil=True)
+def _cause(eh, sc, v):
+    """What the actions from here on are caused by (see the module docstring)."""
+    eh[0, 3] = v
+    sc[S_CAUSE] = v
 
 
 @njit(cache=True, nogil=True)
@@ -211,6 +231,7 @@ def _start_flow(now, size, route, cb, a, b, c, d, e, fl, fstack, bh, S, o_rp, sc
     fl[f, F_C] = c
     fl[f, F_D] = d
     fl[f, F_E] = e
+    fl[f, F_CAUSE] = sc[S_CAUSE]
     if nh == 0:
         _bpush(bh, now, B_DONE, f)
         sc[S_BOPS] += 1
@@ -249,7 +270,7 @@ def _bpush_seq(h, t, s, k, x):
 def _transmit(t, f, link, bh, fl, L, LF, chunk, ceil, sc):
     """Flow ``f`` sends its next hop on ``link`` at ``t``: its head (or tail) event first, then the
     link's release (kept with the link unless flows wait for it: see :func:`_brun`)."""
-    nl = L.shape[0] // 5
+    nl = L.shape[0] // 7
     h = fl[f, F_HOP]
     size = fl[f, F_SIZE]
     s = float(size)
@@ -284,9 +305,23 @@ def _arrive(t, s_ev, f, bh, fl, L, LF, S, o_rp, o_rl, chunk, ceil, sc):
     """Flow ``f``'s head reaches its next link at (``t``, ``s_ev``): it waits there while the link's
     last release is later than that (in the reference: its FREE event is not handled yet), else it
     is sent at once."""
-    nl = L.shape[0] // 5
+    nl = L.shape[0] // 7
     link = S[o_rl + S[o_rp + fl[f, F_ROUTE]] + fl[f, F_HOP]]
     rt = L[3 * nl + link]
+    first = fl[f, F_HOP] == 0
+    if rt == t:  # the event order decides (see the module docstring)
+        sc[S_LINK_TIE] = 1
+    elif L[5 * nl + link] == t:
+        prev = L[6 * nl + link]
+        if not first or prev == -1 or fl[f, F_CAUSE] == -1 or sc[S_NTIES] == TIE_CAP:
+            sc[S_LINK_TIE] = 1
+        else:
+            j = N_SCALARS + 2 * sc[S_NTIES]
+            sc[j] = prev
+            sc[j + 1] = fl[f, F_CAUSE]
+            sc[S_NTIES] += 1
+    L[5 * nl + link] = t
+    L[6 * nl + link] = fl[f, F_CAUSE] if first else -1
     if L[link] or rt > t or (rt == t and L[4 * nl + link] > s_ev):
         if not L[link]:
             _bpush_seq(bh, rt, L[4 * nl + link], B_FREE, link)
@@ -307,7 +342,8 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
     """The backend's ``_run``: events with time <= ``limit``; with ``stop_at_done`` it stops before the
     first completion and returns its time (also beyond ``limit``), else -1.  Completions go to ``fin``.
     ``L``: per link whether its release is in the heap, the head and the tail of its FIFO, the time
-    and seq of its last release (5 x links); ``LF``: per link its bandwidth, then its latency; routes
+    and seq of its last release, the time of its last arrival and that arrival's cause if it was a
+    flow's first hop, else -1 (7 x links); ``LF``: per link its bandwidth, then its latency; routes
     in ``S`` from ``o_rp`` (CSR pointers) and ``o_rl``.
 
     Two events of the reference are not heap rows here, with the same outcome and counters:
@@ -322,7 +358,7 @@ def _brun(limit, stop_at_done, bh, fl, fin, L, LF, S, o_rp, o_rl, chunk, ceil, s
 
     Both are counted (``heap_ops``, ``events``) when they happen, as the reference pushes and pops
     every one; a ring without contention then makes 2 heap events per two-hop flow instead of 5."""
-    nl = L.shape[0] // 5
+    nl = L.shape[0] // 7
     while bh[0, 0] > 0:
         t = bh[1, 0]
         k = bh[1, 2]
@@ -481,6 +517,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
         inst_of, arrived, inst_nodes_ptr, inst_nodes, inst_k, inst_plan_ptr, inst_plans, inst_cp,  # collectives
         plan_step_ptr, step_tab, step_reduce, tab_base, e_need, e_sptr, s_q, s_size, s_route,  # schedules
         cp_wait, cp_pend, cp_over, p_done, p_fin, s1,  # collective progress
+        batch,  # per node: the batch of starts it began in, its place there (2 x nodes)
         L, LF, chunk, ceil,  # the network: link state, bandwidth and latency (routes in S)
         S, O, M, OM,  # the same tables and progress packed (views of these above), for the calls
         work, sc, delay, red_delay, in_flight, eager, budget):
@@ -502,7 +539,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
     e_sptr, s_q, s_size, s_route = borrowed(e_sptr), borrowed(s_q), borrowed(s_size), borrowed(s_route)
     cp_wait, cp_pend, cp_over, p_done = borrowed(cp_wait), borrowed(cp_pend), borrowed(cp_over), borrowed(p_done)
     p_fin, L, LF, S = borrowed(p_fin), borrowed(L), borrowed(LF), borrowed(S)
-    M, work, sc = borrowed(M), borrowed(work), borrowed(sc)
+    M, work, sc, batch = borrowed(M), borrowed(work), borrowed(sc), borrowed(batch)
     spent = 0
     while True:
         if sc[S_OVER] or eh[0, 2] or bh[0, 2]:
@@ -530,6 +567,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     t_net = cand
             if eh[0, 0] > 0 and (t_net < 0 or eh[1, 0] < t_net):
                 now, k, a, b, c, d = eh[1, 0], eh[1, 2], eh[1, 3], eh[1, 4], eh[1, 5], eh[1, 6]
+                _cause(eh, sc, eh[1, 7] if k == EV_ISSUE else (a if k == EV_EAGER else -1))
                 _pop(eh)
                 sc[S_TURN_SEQ] = bh[0, 1]  # this turn's first arrivals: see _brun
                 sc[S_EVENTS] += 1
@@ -549,6 +587,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                                 bh, S, O[O_RP], sc, L, LF, O[O_RL], chunk, ceil)
             elif t_net >= 0:  # -- network: the flows landing at t_net, in flow id order
                 now = t_net
+                _cause(eh, sc, -1)
                 _brun(now, False, bh, fl, fin, L, LF, S, O[O_RP], O[O_RL], chunk, ceil, sc)
                 sc[S_TURN_SEQ] = bh[0, 1]
                 nf = sc[S_NFIN]
@@ -588,7 +627,8 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                         _eager_landed(a, now, b, key, rw_head, rw_tail, ld_head, ld_tail, q_next, peer_of, start,
                                       wait, eh, sc)
                     else:  # flow_landed: transfer of step s of chunk c from position p to q (run x)
-                        x, c, s, q, p = a, b, fl[f, F_C], fl[f, F_D], fl[f, F_E]
+                        x, c, s, p = a, b, fl[f, F_C], fl[f, F_E]
+                        q = S[O[O_TW] + inst_nodes_ptr[x] + fl[f, F_D]]  # a folded member's twin
                         n = inst_nodes_ptr[x + 1] - inst_nodes_ptr[x]
                         cpp = inst_cp[x] + c * n + p
                         cp_pend[cpp] -= 1
@@ -633,9 +673,14 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
             else:
                 return 0
 
+        if nw:
+            sc[S_BATCH] += 1
         for w in range(nw):  # -- start the nodes that got their resource, in order
             i = work[w]
             start[i] = now
+            batch[2 * i] = sc[S_BATCH]
+            batch[2 * i + 1] = w
+            _cause(eh, sc, -1)
             ki = kind[i]
             if ki == K_TIMED:
                 _node_done(eh, i, now + dur[i])
@@ -646,15 +691,20 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                 n = inst_nodes_ptr[x + 1] - a0
                 if arrived[x] == n:
                     sc[S_COLLS] += 1
-                    for j in range(a0, a0 + n):
+                    for j in range(a0, a0 + n):  # (a folded member's node is -1: see compiled_ca)
                         g = inst_nodes[j]
-                        wait[g] = now - start[g]
+                        if g >= 0:
+                            wait[g] = now - start[g]
                     if inst_k[x] == 0:
                         for j in range(a0, a0 + n):
-                            _node_done(eh, inst_nodes[j], now)
+                            if inst_nodes[j] >= 0:
+                                _node_done(eh, inst_nodes[j], now)
                     else:
                         for c in range(min(in_flight, inst_k[x])):
                             for p in range(n):
+                                if inst_nodes[a0 + p] < 0:
+                                    continue
+                                _cause(eh, sc, -2 - inst_nodes[a0 + p])  # its own start drives it
                                 _drive(FR_ENTER, x, c, p, 0, now, stk, S, O, M, OM, hk, hv, s1, eh, fl, fstack, bh, sc, delay, in_flight,
                                        L, LF, chunk, ceil)
             elif eager:
@@ -667,6 +717,7 @@ def run(eh, bh, fl, fstack, fin, hk, hv, stk,  # fixed-capacity state
                     elif delay:
                         _epush(eh, now + delay, EV_EAGER, i, 0, 0, 0)
                     else:
+                        _cause(eh, sc, i)
                         _start_flow(now, size1[i], key_route[q], CB_EAGER, i, now, 0, 0, 0, fl, fstack, bh, S, O[O_RP], sc, L, LF, O[O_RL], chunk, ceil)
                 elif ld_head[q] >= 0:  # a receive whose data is already there ends now
                     si = fifo_pop(ld_head, ld_tail, q_next, q)

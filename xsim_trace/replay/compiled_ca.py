@@ -134,7 +134,10 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
 
 def _collectives(w: CompiledWorkload, schedules: ScheduleCache, settings: ReplaySettings):
     """Per collective instance: its member nodes, chunk count (0: it ends when it starts), chunk
-    schedules and progress offsets; the flattened schedules.  None where the kernel cannot run it."""
+    schedules and progress offsets; the flattened schedules.  None where the kernel cannot run it.
+    A member node -1 is a folded member (:mod:`~xsim_trace.replay.fold_ca`): it does not run, and what
+    lands at it counts for its instance's one present member (``twin``, per member entry; ``absent``,
+    per instance, how many are folded)."""
     flat = _Schedules(w.num_ranks)
     n_inst = len(w.instances)
     nodes_ptr = np.zeros(n_inst + 1, np.int64)
@@ -166,11 +169,27 @@ def _collectives(w: CompiledWorkload, schedules: ScheduleCache, settings: Replay
         n_cp += len(sizes) * len(members)
     inst_nodes = np.fromiter((g for t in nodes for g in t), np.int64, int(nodes_ptr[-1]))
     inst = (nodes_ptr, inst_nodes, k_of, np.asarray(plan_ptr, np.int64), np.asarray(plans, np.int64), cp)
+    twin, absent = _twins(nodes_ptr, inst_nodes)
     tab_base = np.asarray(flat.tab_base, np.int64)
     e_sptr = np.append(_cat(flat.sptr), flat.n_sends).astype(np.int64)
     sched = (np.asarray(flat.step_ptr, np.int64), np.asarray(flat.step_tab, np.int64),
              np.asarray(flat.step_reduce, np.int8), tab_base, _cat(flat.need), e_sptr, _cat(flat.q), _cat(flat.size))
-    return inst, sched, _cat(flat.pair), n_cp, flat.max_steps, flows
+    return inst, sched, _cat(flat.pair), n_cp, flat.max_steps, flows, twin, absent
+
+
+def _twins(ptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per member entry its position, or for a folded member (node -1) its instance's first present
+    member's; per instance its folded members."""
+    n = np.diff(ptr)
+    inst = np.repeat(np.arange(len(n), dtype=np.int64), n)
+    pos = np.arange(len(nodes), dtype=np.int64) - ptr[:-1][inst]
+    absent = np.bincount(inst[nodes < 0], minlength=len(n)).astype(np.int64)
+    if not absent.any():
+        return pos, absent
+    first = np.full(len(n), 0, np.int64)
+    present = np.flatnonzero(nodes >= 0)[::-1]
+    first[inst[present]] = pos[present]  # the lowest present position wins (written last)
+    return np.where(nodes >= 0, pos, first[inst]), absent
 
 
 def _pack(parts: list[np.ndarray]) -> tuple[np.ndarray, tuple, list[np.ndarray]]:
@@ -196,14 +215,22 @@ def _p2p(w: CompiledWorkload) -> tuple:
     return k.rank, np.where(k.is_p2p, k.peer, -1), k.key, size1, heads, np.full(n, -1, np.int64), pair
 
 
-def _routes(backend, pair_keys: np.ndarray, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The sorted distinct pair keys and the CSR of their routes (link ids)."""
+def _routes(backend, pair_keys: np.ndarray, R: int, map_route=None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The sorted distinct pair keys and the CSR of their routes (link ids).  ``map_route(src, dst,
+    links)``: the links a flow src -> dst takes instead, or None where it cannot stand for one (then
+    None: :mod:`~xsim_trace.replay.fold_ca`, where a folded rank's links are its representative's)."""
     uniq = np.unique(pair_keys[pair_keys >= 0])
     ptr = [0]
     links: list[int] = []
     route = backend.topology.route
     for k in uniq.tolist():
-        links.extend(route(k // R, k % R))
+        a, b = divmod(k, R)
+        got = route(a, b)
+        if map_route is not None:
+            got = map_route(a, b, got)
+            if got is None:
+                return None
+        links.extend(got)
         ptr.append(len(links))
     return uniq, np.asarray(ptr, np.int64), np.asarray(links, np.int64)
 
@@ -214,18 +241,49 @@ def _pair_index(uniq: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBackend, schedules: ScheduleCache,
-                    settings: ReplaySettings, progress: Callable[[int], None] | None = None):
+                    settings: ReplaySettings, progress: Callable[[int], None] | None = None, *, fold: bool = False,
+                    rank_class: np.ndarray | None = None):
     """``(ready, start, end, wait, peer)`` and a stats dict of the replay run by the kernel, or None
     where the kernel cannot run this workload (then the reference engine runs it).  The backend's
-    counters (``flows_started``, ``events``, ``heap_ops``) are set as the reference would leave them."""
+    counters (``flows_started``, ``events``, ``heap_ops``) are set as the reference would leave them.
+    ``fold``: simulate one rank per class of equivalent ranks where that is exact
+    (:mod:`~xsim_trace.replay.fold_ca`; ``stats['folded_ranks']``; the counters are then the
+    simulated ranks' own), else every rank."""
+    k = kernel()
+    if k is None:
+        return None
+    if fold:
+        from xsim_trace.replay import fold_ca  # noqa: PLC0415
+
+        out = fold_ca.run_folded(w, backend, schedules, settings, rank_class)
+        if out is not None:
+            if progress is not None:
+                progress(w.num_nodes)
+            return out
+    out = run_kernel(w, backend, schedules, settings, progress)
+    if out is None:
+        return None
+    for extra in ("link_tie", "ties", "batch"):
+        out[1].pop(extra)
+    return out[0], dict(out[1], folded_ranks=0)
+
+
+def run_kernel(w: CompiledWorkload, backend: AnalyticalCongestionAwareBackend, schedules: ScheduleCache,
+               settings: ReplaySettings, progress: Callable[[int], None] | None = None, map_route=None):
+    """The kernel's run of ``w`` (``map_route``: see :func:`_routes`): (times, stats), or None where the
+    kernel cannot run ``w``.  ``stats`` also hold where the event order decided at a link (see
+    :mod:`~xsim_trace.replay._ca_kernel`): ``link_tie``, ``ties`` (pairs of causes) and ``batch``."""
     k = kernel()
     prep = _collectives(w, schedules, settings)
     if k is None or prep is None:
         return None
-    inst, sched, s_pair, n_cp, max_steps, n_coll_flows = prep
+    inst, sched, s_pair, n_cp, max_steps, n_coll_flows, twin, absent = prep
     rank, peer_rank, key, size1, heads, q_next, p2p_pair = _p2p(w)
     R = w.num_ranks
-    uniq, route_ptr, route_links = _routes(backend, np.concatenate([s_pair, p2p_pair]), R)
+    routes = _routes(backend, np.concatenate([s_pair, p2p_pair]), R, map_route)
+    if routes is None:
+        return None
+    uniq, route_ptr, route_links = routes
     s_route = _pair_index(uniq, s_pair)
     key_route = _pair_index(uniq, p2p_pair)
     if not len(key_route):
@@ -241,14 +299,14 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
     link_f = np.zeros(2 * nl, np.float64)
     link_f[:n_links] = backend._bw
     link_f[nl:nl + n_links] = backend._lat
-    S, O, tables = _pack([*inst, *sched[:1], *sched[1:2], *sched[3:], s_route, route_ptr, route_links])
+    S, O, tables = _pack([*inst, *sched[:1], *sched[1:2], *sched[3:], s_route, route_ptr, route_links, twin])
     max_k = int(inst[2].max()) if len(inst[2]) else 0
     cap = min(n_coll_flows + n_sends + 1, 1 << 16)
     while True:
         times = (np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64),
                  np.full(n, -1, np.int64))
         hcap = 1 << max(4, int(4 * cap).bit_length())
-        state = (np.zeros((n + 2 * n_cp + 2 * n_sends + cap + 16, 7), np.int64),  # engine heap
+        state = (np.zeros((n + 2 * n_cp + 2 * n_sends + cap + 16, 8), np.int64),  # engine heap (column 7: cause)
                  np.zeros((cap + n_links + 16, 4), np.int64),  # backend heap
                  np.zeros((cap, k.NF), np.int64), np.arange(cap, dtype=np.int64)[::-1].copy(),  # flow slots
                  np.zeros(cap, np.int64),  # landed flows of one turn
@@ -259,16 +317,19 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
         ncp, nm = max(n_cp, 1), max(len(inst[1]), 1)
         M, OM, prog = _pack([np.full(ncp, -1, np.int64), np.zeros(ncp, np.int64), np.zeros(ncp, np.int64),
                              np.zeros(nm, np.int64), np.zeros(nm, np.int64)])
-        colls = (_i64(w.coll_instance).copy(), np.zeros(len(w.instances), np.int64), *tables[:6])
+        colls = (_i64(w.coll_instance).copy(), absent.copy(), *tables[:6])  # folded members count as arrived
         schedules_ = (*tables[6:8], sched[2], *tables[8:13])
-        # per link: release in the heap, FIFO head and tail, last release's time and seq (see _ca_kernel._brun)
-        links = np.concatenate([np.zeros(nl, np.int64), np.full(3 * nl, -1, np.int64), np.zeros(nl, np.int64)])
+        # per link: release in the heap, FIFO head and tail, last release's time and seq, last arrival's
+        # time and cause (see _ca_kernel._brun)
+        links = np.concatenate([np.zeros(nl, np.int64), np.full(3 * nl, -1, np.int64), np.zeros(nl, np.int64),
+                                np.full(2 * nl, -1, np.int64)])
+        batch = np.full(2 * n, -1, np.int64)
         args = (*state, *times, *graph[:3], w.indegree.astype(np.int64), *graph[4:], *resources,
                 rank, peer_rank, key, size1, *heads, q_next, key_route, *colls, *schedules_, tables[13], *prog,
-                np.int64(max_steps + 1), links, link_f, np.int64(backend.chunk_bytes), backend.rounding == "ceil",
+                np.int64(max_steps + 1), batch, links, link_f, np.int64(backend.chunk_bytes), backend.rounding == "ceil",
                 S, O, M, OM)
         work = np.empty(n + 2, np.int64)
-        sc = np.zeros(k.N_SCALARS, np.int64)
+        sc = np.zeros(k.N_SCALARS + 2 * k.TIE_CAP, np.int64)
         sc[k.S_FREE] = cap
         opts = (np.int64(settings.endpoint_delay_ns), np.int64(settings.reduction_delay_ns), np.int64(settings.in_flight),
                 settings.p2p == "eager")
@@ -289,5 +350,6 @@ def run_compiled_ca(w: CompiledWorkload, backend: AnalyticalCongestionAwareBacke
     backend.events += int(sc[k.S_BEVENTS])
     backend.heap_ops += int(sc[k.S_BOPS])
     stats = dict(events=int(sc[k.S_EVENTS]), flows=int(sc[k.S_FLOWS]), collectives=int(sc[k.S_COLLS]),
-                 closed_form_collectives=0, finished=int(sc[k.S_FINISHED]))
+                 closed_form_collectives=0, finished=int(sc[k.S_FINISHED]), link_tie=bool(sc[k.S_LINK_TIE]),
+                 ties=sc[k.N_SCALARS:k.N_SCALARS + 2 * int(sc[k.S_NTIES])].reshape(-1, 2).copy(), batch=batch.reshape(-1, 2))
     return times, stats

@@ -136,6 +136,8 @@ class Engine:
         self.fold = bool(fold) and (self.compiled or self._python_fold_applies())
         self.rank_class = None if rank_class is None else np.asarray(rank_class, np.int64)
         self.compiled_ca = not self.compiled and self._compiled_ca_applies(compiled)
+        #: on the compiled analytical-ca loop, fold where exact (:mod:`~xsim_trace.replay.fold_ca`)
+        self.fold_ca = bool(fold) and self.compiled_ca
 
     def _python_fold_applies(self) -> bool:
         """Folding on the Python loop (:mod:`~xsim_trace.replay.fold_loop`): collectives priced whole,
@@ -183,7 +185,8 @@ class Engine:
         if self.compiled_ca:
             from xsim_trace.replay.compiled_ca import run_compiled_ca  # noqa: PLC0415
 
-            out = run_compiled_ca(self.w, self.backend, self.schedules, self.settings, self.progress)
+            out = run_compiled_ca(self.w, self.backend, self.schedules, self.settings, self.progress, fold=self.fold_ca,
+                                  rank_class=self.rank_class)
             if out is not None:
                 return self._raw_of(*out)
         if self.fold:
@@ -216,7 +219,7 @@ class Engine:
         """The Python loop over the quotient of equivalent ranks, expanded to every rank; None where
         no rank folds or the quotient cannot stand for the full run (then every rank is replayed)."""
         from xsim_trace.replay import fold_loop  # noqa: PLC0415
-        from xsim_trace.replay.compiled_loop import _order_decided_tie  # noqa: PLC0415
+        from xsim_trace.replay.closed_form_tables import order_tie  # noqa: PLC0415
         from xsim_trace.replay.fold import expand  # noqa: PLC0415
 
         w = self.w
@@ -232,7 +235,7 @@ class Engine:
         why = "the quotient did not finish" if finished != wq.num_nodes else None
         if why is None:
             times = expand(w, found, q, _arrays(tq))
-            why = _order_decided_tie(w, q, times, p2p, self._booked, self.settings)
+            why = order_tie(w, q, times, p2p, self._booked, self.settings)
         if why is not None:
             log.debug("fold: replaying every rank (%s)", why)
             return None

@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from xsim_trace.replay.closed_form_tables import collective_tables, fold_of, p2p_tables
 from xsim_trace.replay.compile import CollectiveInstance, CompiledWorkload
 from xsim_trace.replay.fold import Fold, Quotient, quotient, sub_csr
 
@@ -48,13 +49,11 @@ class QuotientPricer:
 def find(w: CompiledWorkload, schedules, pricer, booked: bool, rank_class) -> tuple | None:
     """``(fold, couplings)`` of ``w`` where some rank folds, else None; couplings = the compiled loop's
     (p2p, collectives) tuples, which the tie guard reads again."""
-    from xsim_trace.replay.compiled_loop import _collectives, _find_fold, _p2p  # noqa: PLC0415
-
     if w.num_ranks < 2 or w.num_nodes < MIN_NODES:
         return None
-    p2p = _p2p(w, schedules, booked)
-    colls = _collectives(w, pricer)
-    found = _find_fold(w, p2p, colls, booked, rank_class)
+    p2p = p2p_tables(w, schedules, booked)
+    colls = collective_tables(w, pricer)
+    found = fold_of(w, p2p, colls, booked, rank_class)
     return None if found is None else (found, p2p, colls)
 
 
@@ -62,11 +61,6 @@ def quotient_workload(w: CompiledWorkload, fold: Fold, colls: tuple) -> tuple[Co
     """The representatives' nodes as a workload of its own (node indices renumbered, resources and
     groups kept), and the pricer of its collectives."""
     q = quotient(w, fold)
-    n = q.nodes
-    succ_ptr, succ_idx = sub_csr(w.succ_ptr, w.succ_idx, n, q.index_of)
-    counts = np.bincount(w.node_rank[n], minlength=w.num_ranks)
-    rank_ptr = np.zeros(w.num_ranks + 1, np.int64)
-    np.cumsum(counts, out=rank_ptr[1:])
     _, _, inst_ptr, inst_nodes, off, _ = colls
     kept = np.flatnonzero(q.index_of[inst_nodes] >= 0)  # member entries on representatives
     entry_inst = np.repeat(np.arange(len(w.instances), dtype=np.int64), np.diff(inst_ptr))[kept]
@@ -85,16 +79,27 @@ def quotient_workload(w: CompiledWorkload, fold: Fold, colls: tuple) -> tuple[Co
         instances.append(CollectiveInstance(inst.group, inst.seq, inst.comm_type, inst.size_bytes, tuple(nodes_x),
                                             inst.root, inst.ring))
         offsets[(inst.group, inst.seq)] = off_x
+    return restricted(w, q, tuple(instances), inst_map), q, QuotientPricer(offsets)
+
+
+def restricted(w: CompiledWorkload, q: Quotient, instances: tuple, inst_map: np.ndarray) -> CompiledWorkload:
+    """``w`` restricted to the quotient's nodes (renumbered; every rank kept, the folded ones empty;
+    resources and groups kept) with ``instances`` as its collectives (``inst_map``: each of ``w``'s
+    instances' index among them, -1 where dropped)."""
+    n = q.nodes
+    succ_ptr, succ_idx = sub_csr(w.succ_ptr, w.succ_idx, n, q.index_of)
+    counts = np.bincount(w.node_rank[n], minlength=w.num_ranks)
+    rank_ptr = np.zeros(w.num_ranks + 1, np.int64)
+    np.cumsum(counts, out=rank_ptr[1:])
     ci = w.coll_instance[n].astype(np.int64)
     coll_q = np.where(ci >= 0, inst_map[np.maximum(ci, 0)], -1).astype(w.coll_instance.dtype)
-    wq = replace(
+    return replace(
         w, rank_ptr=rank_ptr, node_rank=w.node_rank[n], node_id=w.node_id[n], node_type=w.node_type[n],
         exec_kind=w.exec_kind[n], duration_ns=w.duration_ns[n], resource=w.resource[n], indegree=w.indegree[n],
         succ_ptr=succ_ptr, succ_idx=succ_idx.astype(w.succ_idx.dtype), comm_size=w.comm_size[n],
         comm_type=w.comm_type[n], comm_peer=w.comm_peer[n], comm_tag=w.comm_tag[n], comm_kind=w.comm_kind[n],
-        coll_instance=coll_q, names=(), instances=tuple(instances),
+        coll_instance=coll_q, names=(), instances=instances,
     )
-    return wq, q, QuotientPricer(offsets)
 
 
 def backend_copy(backend):

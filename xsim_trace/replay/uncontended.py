@@ -30,13 +30,13 @@ counters differ (``closed_form_collectives``, no backend flow events).
 
 from __future__ import annotations
 
-import heapq
 import logging
 from typing import Callable, ClassVar
 
 import numpy as np
 
 from xsim_trace.graph.kinds import CollectiveType
+from xsim_trace.network._common import CompletionQueue
 from xsim_trace.network.protocol import BackendCapabilities, Flow
 from xsim_trace.replay.collective_pricing import ScheduleWalkPricer
 from xsim_trace.replay.compile import K_SEND, K_TIMED, CompiledWorkload
@@ -75,7 +75,7 @@ class LoneFlows:
         self.backend = backend
         self.topology = backend.topology
         self._hops: dict[tuple[int, int, int], tuple] = {}
-        self._heap: list[tuple[int, int]] = []
+        self._done = CompletionQueue()
         self.flows_started = 0
 
     def hops(self, src: int, dst: int, size_bytes: int) -> tuple:
@@ -96,17 +96,13 @@ class LoneFlows:
 
     def start_flow(self, flow: Flow, now_ns: int) -> None:
         self.flows_started += 1
-        heapq.heappush(self._heap, (now_ns + self.transfer_ns(flow.src, flow.dst, flow.size_bytes), flow.flow_id))
+        self._done.push(now_ns + self.transfer_ns(flow.src, flow.dst, flow.size_bytes), flow.flow_id)
 
     def next_completion_ns(self, horizon_ns: int | None = None) -> int | None:
-        return self._heap[0][0] if self._heap else None
+        return self._done.next_ns()
 
     def advance(self, now_ns: int) -> list[int]:
-        out = []
-        h = self._heap
-        while h and h[0][0] <= now_ns:
-            out.append(heapq.heappop(h)[1])
-        return out
+        return self._done.pop_until(now_ns)
 
     def close(self) -> None:
         """Nothing to release."""

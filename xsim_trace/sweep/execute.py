@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xsim_trace.errors import ConfigError
+from xsim_trace.errors import ConfigError, OutputError
+from xsim_trace.io.atomic import check_output_folder
 from xsim_trace.sweep.results import RESULTS_FILE, ResultLog
 from xsim_trace.sweep.runners import execute_run
 from xsim_trace.sweep.spec import RunSpec, SweepSpec
@@ -50,8 +51,13 @@ def _payload(run: RunSpec) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def folder_lock(out: Path):
-    """Hold the sweep folder's lock; ConfigError when another sweep holds it."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Hold the sweep folder's lock; ConfigError when another sweep holds it, OutputError when the
+    folder cannot be made."""
+    check_output_folder(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the sweep folder: {exc.strerror or exc}", file=str(out)) from None
     fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:

@@ -40,6 +40,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from xsim_trace.cluster.load import MAX_BW_gbps, MAX_LATENCY_NS, MIN_BW_gbps
@@ -139,10 +140,23 @@ def _phase_ns(backend: Any, flows: list[Flow], start_ns: int) -> int:
     return max(finish.values()) - start_ns
 
 
-def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
-    from xsim_trace.plan.schedules import analytic_timeline  # noqa: PLC0415 - rewrite is optional here
+@dataclass(frozen=True, slots=True)
+class _PipelineCase:
+    """A pipeline runner's parameters, checked; costs per micro-batch (global_batch applied)."""
 
-    p = _Params(params, _PIPELINE_PARAMS)
+    schedule: str
+    stages: int
+    microbatches: int
+    chunks: int
+    layers: int
+    dp: int
+    fwd_ns: float  # per layer
+    bwd_ns: float
+    activation_bytes: int
+    grad_bytes: int
+
+
+def _pipeline_case(p: _Params, params: Mapping[str, Any]) -> _PipelineCase:
     schedule = p.str("schedule", "1f1b")
     stages, mb, chunks = p.int("stages", 2, 1, MAX_RANKS), p.int("microbatches", 8, 1, MAX_PIPELINE_OPS), \
         p.int("chunks", 1, 1, MAX_RANKS)
@@ -164,41 +178,56 @@ def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
         samples = gb // (dp * mb)
         fwd, bwd, act = fwd * samples, bwd * samples, act * samples
     grad = p.int("grad_bytes", 0, 0, MAX_SIZE_BYTES)
-    ranks = max(2, stages * dp)
-    topology = star_topology(ranks, _bandwidth(p), _latency(p))
-    backend_name = p.str("backend", "analytical")
-    vstages = stages * chunks
-    per_vs = [layers // vstages + (1 if i < layers % vstages else 0) for i in range(vstages)]
+    return _PipelineCase(schedule, stages, mb, chunks, layers, dp, fwd, bwd, act, grad)
 
+
+def _pipeline_comm(case: _PipelineCase, p: _Params) -> tuple[int, int, int]:
+    """(one stage-to-stage activation transfer, one step of the per-stage DP gradient rings, flows
+    simulated), each alone on a star of the stages x dp ranks; no backend where nothing moves."""
+    topology = star_topology(max(2, case.stages * case.dp), _bandwidth(p), _latency(p))
+    backend_name = p.str("backend", "analytical")
+    needs_p2p = case.stages > 1 and case.activation_bytes > 0
+    needs_dp = case.dp > 1 and case.grad_bytes > 0
     p2p_ns = step_ns = flows_simulated = 0
-    needs_p2p = stages > 1 and act > 0
-    needs_dp = dp > 1 and grad > 0
-    if needs_p2p or needs_dp:  # a plan without communication needs no backend at all
-        backend = make_named_backend(backend_name, topology)
-        try:
-            if needs_p2p:
-                p2p_ns = _phase_ns(backend, [Flow(0, 0, 1, act)], 0)
-                flows_simulated += 1
-            if needs_dp:
-                chunk = math.ceil(grad / stages / dp)
-                ring = [Flow(1 + s * dp + d, d * stages + s, ((d + 1) % dp) * stages + s, chunk)
-                        for s in range(stages) for d in range(dp)]
-                step_ns = _phase_ns(backend, ring, p2p_ns)
-                flows_simulated += len(ring)
-        finally:
-            close_backend(backend)
+    if not (needs_p2p or needs_dp):
+        return p2p_ns, step_ns, flows_simulated
+    backend = make_named_backend(backend_name, topology)
+    try:
+        if needs_p2p:
+            p2p_ns = _phase_ns(backend, [Flow(0, 0, 1, case.activation_bytes)], 0)
+            flows_simulated += 1
+        if needs_dp:
+            stages, dp = case.stages, case.dp
+            chunk = math.ceil(case.grad_bytes / stages / dp)
+            ring = [Flow(1 + s * dp + d, d * stages + s, ((d + 1) % dp) * stages + s, chunk)
+                    for s in range(stages) for d in range(dp)]
+            step_ns = _phase_ns(backend, ring, p2p_ns)
+            flows_simulated += len(ring)
+    finally:
+        close_backend(backend)
+    return p2p_ns, step_ns, flows_simulated
+
+
+def pipeline_runner(params: Mapping[str, Any]) -> dict[str, Any]:
+    from xsim_trace.plan.schedules import analytic_timeline  # noqa: PLC0415 - rewrite is optional here
+
+    p = _Params(params, _PIPELINE_PARAMS)
+    case = _pipeline_case(p, params)
+    stages, vstages = case.stages, case.stages * case.chunks
+    per_vs = [case.layers // vstages + (1 if i < case.layers % vstages else 0) for i in range(vstages)]
+    p2p_ns, step_ns, flows_simulated = _pipeline_comm(case, p)
 
     def op_time(stage: int, op: Any) -> int:
         n = per_vs[op.chunk * stages + stage]
-        return round(n * (fwd if op.kind == "F" else bwd))
+        return round(n * (case.fwd_ns if op.kind == "F" else case.bwd_ns))
 
-    timeline = analytic_timeline(schedule, stages, mb, op_time, chunks=chunks, p2p_ns=p2p_ns)
+    timeline = analytic_timeline(case.schedule, stages, case.microbatches, op_time, chunks=case.chunks, p2p_ns=p2p_ns)
     pipeline_ns = timeline.makespan_ns
-    dp_ns = 2 * (dp - 1) * step_ns
+    dp_ns = 2 * (case.dp - 1) * step_ns
     bubble = max(timeline.bubble_fraction(s) for s in range(stages))
     return {
         "iteration_ns": pipeline_ns + dp_ns, "pipeline_ns": pipeline_ns, "dp_allreduce_ns": dp_ns,
-        "p2p_ns": p2p_ns, "max_bubble_fraction": round(bubble, 6), "ranks": stages * dp,
+        "p2p_ns": p2p_ns, "max_bubble_fraction": round(bubble, 6), "ranks": stages * case.dp,
         "flows_simulated": flows_simulated,
     }
 

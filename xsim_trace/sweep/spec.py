@@ -123,15 +123,7 @@ def spec_from_mapping(data: Any, file: str | None = None, base_dir: str | os.Pat
     unknown = [k for k in data if k not in SPEC_KEYS]
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r} (known: {', '.join(SPEC_KEYS)})", file=file, field=unknown[0])
-    runner = data.get("runner", "pipeline")
-    if not isinstance(runner, str) or not runner:
-        raise ConfigError(f"expected a runner name, found {runner!r}", file=file, field="runner")
-    metric = data.get("metric", "iteration_ns")
-    if not isinstance(metric, str) or not metric:
-        raise ConfigError(f"expected a result field name, found {metric!r}", file=file, field="metric")
-    top = data.get("top", 10)
-    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
-        raise ConfigError(f"expected a positive integer, found {top!r}", file=file, field="top")
+    runner, metric, top = _header(data, file)
     base = _canonical(data.get("base") or {}, "base", file)
     if not isinstance(base, dict):
         raise ConfigError("expected a mapping of parameters", file=file, field="base")
@@ -141,45 +133,79 @@ def spec_from_mapping(data: Any, file: str | None = None, base_dir: str | os.Pat
         raise ConfigError("expected a 'grid' or 'runs' section", file=file, field="grid")
     combos: list[dict[str, Any]] = []
     if grid is not None:
-        grid = _canonical(grid, "grid", file)
-        if not isinstance(grid, dict) or not grid:
-            raise ConfigError("expected a non-empty mapping of parameter -> list of values", file=file, field="grid")
-        axes = []
-        for name, values in grid.items():
-            values = values if isinstance(values, list) else [values]
-            if not values:
-                raise ConfigError("expected at least one value", file=file, field=f"grid.{name}")
-            axes.append([(name, v) for v in values])
-        for point in itertools.product(*axes):
-            combos.append({**base, **dict(point)})
+        combos += _grid_combos(_canonical(grid, "grid", file), base, file)
     if explicit is not None:
-        explicit = _canonical(explicit, "runs", file)
-        if not isinstance(explicit, list):
-            raise ConfigError("expected a list of parameter mappings", file=file, field="runs")
-        for i, entry in enumerate(explicit):
-            if not isinstance(entry, dict):
-                raise ConfigError("expected a mapping of parameters", file=file, field=f"runs[{i}]")
-            combos.append({**base, **entry})
+        combos += _explicit_combos(_canonical(explicit, "runs", file), base, file)
     default_limits = data.get("limits") or {}
     if not isinstance(default_limits, Mapping):
         raise ConfigError("expected a mapping {time_s, memory_mb}", file=file, field="limits")
+    runs = _runs(combos, runner, default_limits, base_dir, file)  # takes the limit parameters out of combos
+    name = str(data.get("name") or (Path(file).stem if file else "sweep"))
+    return SweepSpec(name, runner, metric, top, runs, _varying(combos), file)
+
+
+def _header(data: Mapping, file: str | None) -> tuple[str, str, int]:
+    """The spec's runner, metric and top."""
+    runner = data.get("runner", "pipeline")
+    if not isinstance(runner, str) or not runner:
+        raise ConfigError(f"expected a runner name, found {runner!r}", file=file, field="runner")
+    metric = data.get("metric", "iteration_ns")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"expected a result field name, found {metric!r}", file=file, field="metric")
+    top = data.get("top", 10)
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise ConfigError(f"expected a positive integer, found {top!r}", file=file, field="top")
+    return runner, metric, top
+
+
+def _grid_combos(grid: Any, base: dict[str, Any], file: str | None) -> list[dict[str, Any]]:
+    """``base`` updated by every point of the product of the grid's axes (a scalar is a 1-value axis)."""
+    if not isinstance(grid, dict) or not grid:
+        raise ConfigError("expected a non-empty mapping of parameter -> list of values", file=file, field="grid")
+    axes = []
+    for name, values in grid.items():
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise ConfigError("expected at least one value", file=file, field=f"grid.{name}")
+        axes.append([(name, v) for v in values])
+    return [{**base, **dict(point)} for point in itertools.product(*axes)]
+
+
+def _explicit_combos(explicit: Any, base: dict[str, Any], file: str | None) -> list[dict[str, Any]]:
+    """``base`` updated by each entry of ``runs``."""
+    if not isinstance(explicit, list):
+        raise ConfigError("expected a list of parameter mappings", file=file, field="runs")
+    combos = []
+    for i, entry in enumerate(explicit):
+        if not isinstance(entry, dict):
+            raise ConfigError("expected a mapping of parameters", file=file, field=f"runs[{i}]")
+        combos.append({**base, **entry})
+    return combos
+
+
+def _runs(combos: list[dict[str, Any]], runner: str, default_limits: Mapping, base_dir: str | os.PathLike[str] | None,
+          file: str | None) -> tuple[RunSpec, ...]:
+    """One RunSpec per distinct parameter set (by key), in order.  time_limit_s / memory_limit_mb in
+    base, grid or runs are that run's limits, over the spec's; they are popped from ``combos``."""
     runs: list[RunSpec] = []
     seen: set[str] = set()
     for i, params in enumerate(combos):
-        # time_limit_s / memory_limit_mb in base, grid or runs: this run's limits, over the spec's
         own = {LIMIT_PARAMS[k]: params.pop(k) for k in list(params) if k in LIMIT_PARAMS}
         limits = RunLimits.parse({**default_limits, **own}, file, "limits" if not own else f"run {i}")
         key = run_key(runner, params)
         if key not in seen:
             seen.add(key)
             runs.append(RunSpec(key, runner, params, str(base_dir) if base_dir is not None else None, limits))
-    varying: list[str] = []
+    return tuple(runs)
+
+
+def _varying(combos: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The parameter names whose value differs between runs, in first-seen order (each name's values
+    compared once: linear in the runs, where a 1,600-run grid used to take seconds)."""
+    names: dict[str, None] = {}
     for params in combos:
-        for k in params:
-            if k not in varying and len({json.dumps(c.get(k), sort_keys=True) for c in combos}) > 1:
-                varying.append(k)
-    name = str(data.get("name") or (Path(file).stem if file else "sweep"))
-    return SweepSpec(name, runner, metric, top, tuple(runs), tuple(varying), file)
+        names.update(dict.fromkeys(params))
+    return tuple(k for k in names if len({json.dumps(c.get(k), sort_keys=True) for c in combos}) > 1)
 
 
 #: parameters that name files; relative paths are taken relative to the spec file

@@ -17,14 +17,23 @@ choice either read in the repository or a stated default of this tool (docs/vali
   fitted PCIe efficiency; between nodes one Ethernet NIC per node at FlashFlex's own assumed inter-machine
   bandwidth (``experimental/arguments.py --inter_bw`` default 5, GiB/s by ``experimental/utils.py``), through
   xsim's TCP model (:func:`~xsim_trace.validate.hetero_predict.nic_achievable_gbps`);
+- the engine: FlashFlex wraps every layer in FSDP ``SHARD_GRAD_OP`` when its data-parallel peers share a TP size
+  (``llama/modules/hybrid_parallel_model_dist.py`` ``get_hybrid_parallel_configs``; ``hexiscale/wrap_modules.py``),
+  with ``MixedPrecision(reduce_dtype=fp16)``: the optimizer state is sharded over the replicas and gradients move in
+  fp16; ``hexiscale/fsdp_hooks_utils.py`` removes the post-backward reduce-scatter hooks for every micro-batch but
+  the last, so the gradient sync happens once per iteration (parameters gathered once and kept, not per
+  micro-batch), which is the volume of one all-reduce;  ``--devices_id`` (``scripts/generate_hetero_scripts.sh``)
+  puts stage k of every pipeline on one machine: a stage's DP peers share a node (``placement="stage"``); the
+  README's homogeneous baselines ran Megatron (1F1B, no distributed optimizer, TP-DP-PP rank order: the same
+  placement); both engines run on every GPU of the cluster (``every_device``);
 - the plan: ``xsim plan search`` (objective step, closed form) over that cluster and model;
 - the MFU: ``96 L B s h^2 (1 + s/6h + V/16Lh)`` FLOPs per step over the step time and the summed peak of every GPU
   of the row, peaks from ``experimental/machine_amounts.json`` in units of 2^40 FLOP/s
   (:mod:`xsim_trace.validate.hetero_mfu`).
 
 The measured MFU at that batch is an iteration time (FLOPs / (MFU x peak)); the row's error is the predicted step
-against it, like every timed row.  What the prediction does not describe (FSDP's per-micro-batch parameter
-gathers, FlashFlex's own partitioner) is in docs/validation.md.
+against it, like every timed row.  What the prediction does not describe (HexiScale's own partitioner, which need
+not find the closed form's optimum; the consumer GPUs' uncalibrated GEMM rate) is in docs/validation.md.
 """
 
 from __future__ import annotations
@@ -52,15 +61,19 @@ from xsim_trace.validate.hetero_rows import RawRow, RowError, parse_gpus
 
 #: micro-batch of every FlashFlex run (experimental/arguments.py ``--micro_bsz`` default 1)
 FLASHFLEX_MICRO_BATCH = 1
+#: FSDP's gradient dtype: ``hexiscale/wrap_modules.py`` builds ``MixedPrecision(reduce_dtype=mixed_precision)``, fp16
+#: under ``--mixed_precision fp16`` (scripts/train.sh), so the DP reduction moves 2 bytes per parameter
+FLASHFLEX_GRAD_REDUCE_BYTES = 2
 #: global batch when the row gives none: ``xsim plan search``'s own default (``--gbs 64``), not a FlashFlex figure
 DEFAULT_GLOBAL_BATCH = 64
 #: FlashFlex's assumed inter-machine bandwidth (experimental/arguments.py ``--inter_bw`` default 5; GiB/s, as
 #: experimental/utils.py multiplies it by 1024**3)
 FLASHFLEX_INTER_GiBps = 5.0
 #: the plan search's budget per row, counted in structures costed (best lower bound first) instead of wall seconds,
-#: so that the chosen plan does not depend on the machine: a four-group cluster has ~650,000 structures, which the
-#: CLI's 600 s wall budget cuts off too, at a point that varies with the CPU
-SEARCH_STRUCTURES = 1000
+#: so that the chosen plan does not depend on the machine.  With every GPU in use (``Space.every_device``) the
+#: README clusters have 14-16,216 structures and branch and bound ends on its own after 2-2,700 of them (seconds),
+#: so the budget is only a guard: each row's plan is the closed form's optimum over the space
+SEARCH_STRUCTURES = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +95,7 @@ class FlashFlexRun:
     node_sets: tuple[NodeSet, ...]
     peak_tflops: float  # summed repository peaks ("TFLOPS" of 2^40)
     measured_mfu_pct: float
+    megatron: bool = False  # the README's homogeneous baselines ran Megatron, not FlashFlex (the ``plan`` column)
 
     @property
     def flops_per_step(self) -> float:
@@ -152,7 +166,8 @@ def flashflex_model(raw: RawRow) -> ModelSpec:
     mbs, _ = _positive(raw, "mbs", FLASHFLEX_MICRO_BATCH)
     name = raw.fields.get("model", "").strip() or "llama"
     return ModelSpec(num_layers=layers, hidden=hidden, heads=heads, ffn_hidden=ffn, vocab=vocab, seq_len=seq,
-                     micro_batch_size=mbs, gated_mlp=True, name=name, recompute=True, flash_attention=True)
+                     micro_batch_size=mbs, gated_mlp=True, name=name, recompute=True, flash_attention=True,
+                     grad_reduce_bytes=FLASHFLEX_GRAD_REDUCE_BYTES)
 
 
 #: ``1x8 RTX 3090-24G`` (nodes x GPUs per node, then the GPU) or ``2 nodes x 8x A100-PCIe``
@@ -216,7 +231,8 @@ def flashflex_run(raw: RawRow) -> FlashFlexRun:
         if ns.device not in FLASHFLEX_PEAK_TFLOPS:
             raise RowError(raw.row_id, "gpus", f"{ns.device} has no peak in FlashFlex's experimental/machine_amounts.json")
         peak += FLASHFLEX_PEAK_TFLOPS[ns.device] * ns.nodes * ns.per_node
-    return FlashFlexRun(raw.row_id, model, gbs, from_row, sets, peak, mfu)
+    megatron = "megatron" in raw.fields.get("plan", "").lower()
+    return FlashFlexRun(raw.row_id, model, gbs, from_row, sets, peak, mfu, megatron)
 
 
 def plan_groups(run: FlashFlexRun, pcie_efficiency: float, nvlink_efficiency: float, nic_gbps_per_node: float
@@ -237,8 +253,14 @@ def plan_groups(run: FlashFlexRun, pcie_efficiency: float, nvlink_efficiency: fl
 
 
 def search_space(run: FlashFlexRun, groups: tuple[DeviceGroup, ...]) -> Space:
+    """What the engine that ran the row can deploy: every GPU of the cluster, a stage's data-parallel replicas side
+    by side (FlashFlex's ``--devices_id`` puts stage k of every pipeline on one machine; Megatron's rank order is
+    TP, then DP, then PP); FlashFlex: GPipe with the optimizer state sharded over DP (FSDP ``SHARD_GRAD_OP``);
+    Megatron: 1F1B, every replica holding its whole optimizer state (no ``--use-distributed-optimizer``)."""
+    schedule = Schedule.ONE_F_ONE_B if run.megatron else Schedule.GPIPE
     return Space(groups, run.model, run.global_batch // run.model.micro_batch_size,
-                 schedules=((Schedule.GPIPE, 1),))
+                 schedules=((schedule, 1),), distributed_optimizer=not run.megatron, placement="stage",
+                 every_device=True)
 
 
 def predict_flashflex(raw: RawRow, cal) -> FlashFlexPrediction:

@@ -55,6 +55,8 @@ from xsim_trace.workload.pipeline_hetero import (
     unbuildable_reason,
 )
 from xsim_trace.workload.ops import (
+    EAGER_OP_CALLS,
+    ComputeOp,
     embedding_backward,
     embedding_forward,
     head_backward,
@@ -103,6 +105,16 @@ class PipeSoftware:
     #: fp16 and sends it, unpartitioned, from every TP rank); Sailor keeps the mask in ``args.attn_mask``
     forward_mask: bool = False
     exchange_order: ExchangeOrder = ExchangeOrder.ACTIVATION_FIRST
+    #: bytes per attention-score element the unfused core moves beyond the workload model's softmax + dropout op
+    #: (forward 3, backward 6 bytes at 2 B per element), forward and backward, with one more kernel each.  AMP's
+    #: Megatron v1.1.5 runs ``FusedScaleMaskSoftmax`` unfused (its run script passes neither
+    #: ``--scaled-upper-triang-masked-softmax-fusion`` nor ``--scaled-masked-softmax-fusion``) in fp16: an in-place
+    #: ``masked_fill_`` (read 2, write 2), the softmax (read 2, write 2) and ``torch.nn.Dropout`` (read 2, write 2
+    #: and its 1 B mask): 13 B forward for the model's 6; backward the dropout's masked scale (read 2 + 1, write
+    #: 2), the softmax backward (read gradient and output, write: 6) and ``masked_fill_``'s (read 2, write 2): 15 B
+    #: for the model's 12.  Left at 0 for Sailor: its MIT passes are measured; on Alps its fp32 runs miss the fused
+    #: kernel too (fp16 / bf16 only), a difference this term does not cover.
+    score_extra_bytes: tuple[int, int] = (0, 0)
 
     def forward_extra_bytes(self, seq_len: int) -> int:
         """Bytes every TP rank sends with each activation beyond its partition (the fp16 mask)."""
@@ -111,7 +123,7 @@ class PipeSoftware:
 
 #: the software of each testbed (:data:`TESTBED`)
 SOFTWARE = {"aws": PipeSoftware(dtype_bytes=2, grad_partitioned=False, tied_head=True, barrier_before_reduce=False,
-                                forward_mask=True),
+                                forward_mask=True, score_extra_bytes=(7, 3)),
             "alps": PipeSoftware(dtype_bytes=4, grad_partitioned=True, tied_head=False, barrier_before_reduce=True,
                                  exchange_order=ExchangeOrder.GRADIENT_FIRST)}
 
@@ -191,17 +203,19 @@ class HeteroCalibration:
 #: ../shared/reference/hetero_measured.csv (16 T4 on AWS: 47 timed + 5 failed runs; GH200 on Alps: 26 timed rows,
 #: H019 SUSPECT left out); coordinate descent, 3 rounds, mean |log error| + 0.05 per misjudged run, started from the
 #: previous constants (``hetero_accuracy.fit(rows, cal=<previous FITTED>)``; objective 0.139 -> 0.125; the same
-#: descent from the dataclass defaults stops at 0.178).  No heterogeneous row enters the fit.  Devices other than T4
-#: and GH200 keep the catalog's efficiency.
+#: descent from the dataclass defaults stops at 0.178).  The AWS constants (T4 efficiency 0.25 -> 0.3, ceiling 35 ->
+#: 40 Gb/s, per-iteration engine time 80 -> 150 ms) were refitted on the T4 rows alone (2 rounds, from these) after
+#: AMP's unfused attention core (``PipeSoftware.score_extra_bytes``) entered; the GH200 constants and rows do not
+#: depend on it.  No heterogeneous row enters the fit.  Devices other than T4 and GH200 keep the catalog's efficiency.
 FITTED = HeteroCalibration(
-    device_efficiency=(("GH200-96GB", 0.75), ("T4", 0.25)),
+    device_efficiency=(("GH200-96GB", 0.75), ("T4", 0.3)),
     device_kernel_ns=(("GH200-96GB", 50_000), ("T4", 120_000)),
     host_module_ns=(("alps", 120_000), ("aws", 0)),
     pcie_efficiency=0.3,
     tcp_efficiency=0.5,
-    tcp_ceiling_Gbps=35.0,
+    tcp_ceiling_Gbps=40.0,
     reserved_GiB=3.0,
-    step_host_ns=(("alps", 80_000_000), ("aws", 80_000_000)),
+    step_host_ns=(("alps", 80_000_000), ("aws", 150_000_000)),
 )
 
 
@@ -284,7 +298,8 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
             nic = group.nccl.net_bw_GBps
         else:
             gbps = gbps if gbps is not None else (group.nic.nic_gbps if group.nic else 0.0)
-            nic = gbps_to_GBps(group.nic.count * nic_achievable_gbps(gbps, group.nccl.net, cal)) if group.nic else raw
+            nic = gbps_to_GBps(group.nic.count * nic_achievable_gbps(gbps, group.nccl.net, cal,
+                                                                     mtu_bytes=group.nccl.mtu_bytes)) if group.nic else raw
         out.append(NodeLinks(intra, nic, group.intra.latency_ns, group.nic.latency_ns if group.nic else 0.0,
                              nic_sockets=group.nic is not None and group.nccl.net == "ethernet"))
     return tuple(out)
@@ -295,14 +310,15 @@ def node_links(row: HeteroRow, cal: HeteroCalibration) -> tuple[NodeLinks, ...]:
 TCP_FRAMING = tcp_framing(1500)
 
 
-def nic_achievable_gbps(line_gbps: float, net: str, cal: HeteroCalibration) -> float:
-    """What NCCL moves through one NIC: over Ethernet (TCP sockets) the line rate less the TCP/IP framing, capped
+def nic_achievable_gbps(line_gbps: float, net: str, cal: HeteroCalibration, *, mtu_bytes: int | None = None) -> float:
+    """What NCCL moves through one NIC: over Ethernet (TCP sockets) the line rate less the TCP/IP framing at
+    ``mtu_bytes`` (the preset's ``nccl.mtu_bytes``; default 1500, AWS VPCs 9001: 0.990 of the line rate), capped
     by the host's socket path (``tcp_ceiling_Gbps``, fitted on the 50 Gb/s T4 rows, where it is the limit); a
     10 Gb/s NIC stays below the ceiling and runs at the framing limit.  The framing and the cap are the network
     model's (:func:`~xsim_trace.network.nccl.ethernet.ethernet_payload_gbps`), with this calibration's ceiling.
     Other fabrics: the line rate times ``tcp_efficiency``."""
     if net == "ethernet":
-        return ethernet_payload_gbps(line_gbps, socket_ceiling_gbps=cal.tcp_ceiling_Gbps)
+        return ethernet_payload_gbps(line_gbps, mtu_bytes=mtu_bytes, socket_ceiling_gbps=cal.tcp_ceiling_Gbps)
     return line_gbps * cal.tcp_efficiency
 
 
@@ -331,8 +347,10 @@ def _family(cal: HeteroCalibration, testbed: str):
 
 @functools.lru_cache(maxsize=4096)
 def _pass_ns(wmodel: WorkloadModel, mbs: int, dev: DeviceSpec, tp: int, intra_GBps: float, intra_lat: float,
-             layers: int, embedding: bool, head: bool, host_ns: int, fam_name: str) -> tuple[int, int]:
-    """(forward, backward) of one micro-batch on one stage replica."""
+             layers: int, embedding: bool, head: bool, host_ns: int, fam_name: str,
+             score_extra_bytes: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """(forward, backward) of one micro-batch on one stage replica; ``score_extra_bytes``: what the software's
+    unfused attention core moves per score element beyond the workload op (:attr:`PipeSoftware.score_extra_bytes`)."""
     fw = Framework(tp=tp, micro_batch=mbs, global_batch=mbs, precision=Precision.FP16)
     links = LinkModel(gpus_per_node=max(tp, 1), intra_bw_GBps=intra_GBps, inter_bw_GBps=intra_GBps,
                       intra_latency_ns=int(intra_lat) + 5_000)
@@ -341,6 +359,12 @@ def _pass_ns(wmodel: WorkloadModel, mbs: int, dev: DeviceSpec, tp: int, intra_GB
         (head_forward(wmodel, fw) if head else [])
     bwd = (head_backward(wmodel, fw) if head else []) + layer_backward(wmodel, fw) * layers + \
         (embedding_backward(wmodel, fw) if embedding else [])
+    if any(score_extra_bytes) and layers:
+        scores = mbs * (wmodel.heads // tp) * wmodel.seq_len * wmodel.seq_len  # one layer's score elements
+        fwd += [ComputeOp("attn_core_unfused_extra", KernelClass.SOFTMAX, 0, score_extra_bytes[0] * scores, 1,
+                          EAGER_OP_CALLS)] * layers
+        bwd += [ComputeOp("attn_core_unfused_extra_bwd", KernelClass.SOFTMAX, 0, score_extra_bytes[1] * scores, 1,
+                          EAGER_OP_CALLS, role="bwd")] * layers
     return timer.pass_ns(fwd, 0), timer.pass_ns(bwd, 0)
 
 
@@ -439,7 +463,7 @@ def predict(row: HeteroRow, cal: HeteroCalibration = FITTED) -> Prediction:
                 f, b = measured.pass_ns(st.num_layers, st.embedding, st.head)
             else:
                 f, b = _pass_ns(wmodel, mbs, dev, pl.tp, lk.intra_GBps, lk.intra_latency_ns, st.num_layers,
-                                st.embedding, st.head, fam.host_module_ns, fam.name)
+                                st.embedding, st.head, fam.host_module_ns, fam.name, sw.score_extra_bytes)
             fwd.append(f)
             bwd.append(b)
             slowest[s] = max(slowest[s], (f + b, f, b, pl.device))

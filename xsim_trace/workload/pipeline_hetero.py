@@ -31,6 +31,7 @@ This module holds the model only; xsim_trace.validate.hetero_predict feeds it me
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -184,6 +185,71 @@ def train_schedule(stage: int, p: int, m: int,
     return out
 
 
+class SocketPorts:
+    """Eager transfers in flight between pipeline stages over TCP sockets.
+
+    Messages from one stage to one peer travel on one NCCL connection, in order (first in, first out).  The
+    connections that share a NIC port (a stage's outgoing port carries its activations forward and its gradients
+    back; its incoming port the reverse) are separate TCP flows, which share the port fairly: the head message of
+    each connection runs at ``1 / k`` of its full rate, ``k`` the most connections active on either of its two
+    ports (the sender's outgoing, the receiver's incoming), recomputed whenever a message starts or ends.  A
+    message's ``wire`` is its time alone on both ports.  :attr:`arrival` holds, per message, when its last byte is
+    in: final for the messages that are done, projected (no later message assumed) for those in flight; a
+    projection can only move while no instruction has run past it (instructions run in time order)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.queues: dict[tuple[int, int], list[tuple[tuple, float]]] = {}  # (sender, receiver) -> [(key, wire)]
+        self.left: dict[tuple[int, int], float] = {}  # each busy connection's head: wire time still to go
+        self.arrival: dict[tuple, int] = {}
+
+    @staticmethod
+    def _rates(left: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
+        out: dict[int, int] = {}
+        inn: dict[int, int] = {}
+        for a, b in left:
+            out[a] = out.get(a, 0) + 1
+            inn[b] = inn.get(b, 0) + 1
+        return {c: 1.0 / max(out[c[0]], inn[c[1]]) for c in left}
+
+    @classmethod
+    def _run(cls, now: float, queues: dict, left: dict, until: float | None, done: dict) -> float:
+        """Advance the fluid model from ``now`` to ``until`` (None: until every message is in), recording each
+        finished message's arrival in ``done``; ``queues`` and ``left`` are updated in place."""
+        while left:
+            rates = cls._rates(left)
+            conn = min(left, key=lambda c: (now + left[c] / rates[c], c))
+            finish = now + left[conn] / rates[conn]
+            if until is not None and finish > until:
+                break
+            for c in left:
+                left[c] -= (finish - now) * rates[c]
+            now = finish
+            key, _ = queues[conn].pop(0)
+            done[key] = math.ceil(finish - 1e-6)
+            del left[conn]
+            if queues[conn]:
+                left[conn] = queues[conn][0][1]
+        if until is not None and until > now:
+            if left:
+                rates = cls._rates(left)
+                for c in left:
+                    left[c] -= (until - now) * rates[c]
+            now = until
+        return now
+
+    def send(self, key: tuple, at: int, wire: int, sender: int, receiver: int) -> None:
+        """A message of ``wire`` ns issued at ``at`` (not before any earlier call's ``at``)."""
+        self.now = self._run(self.now, self.queues, self.left, float(at), self.arrival)
+        conn = (sender, receiver)
+        self.queues.setdefault(conn, []).append((key, float(wire)))
+        if conn not in self.left:
+            self.left[conn] = float(wire)
+        # project every message still in flight, as if no other message came
+        queues = {c: list(q) for c, q in self.queues.items()}
+        self._run(self.now, queues, dict(self.left), None, self.arrival)
+
+
 #: the receive that completes each send, and the stage it runs on (relative to the sender)
 _MATCH = {"send_act": ("recv_act", 1), "send_grad": ("recv_grad", -1)}
 #: the send each receive waits for, and the stage it runs on (relative to the receiver)
@@ -192,7 +258,8 @@ _SOURCE = {"recv_act": ("send_act", -1), "recv_grad": ("send_grad", 1)}
 
 def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
                   p2p_bwd: list[int] | None = None, order: ExchangeOrder = ExchangeOrder.ACTIVATION_FIRST,
-                  eager_act: list[bool] | None = None, eager_grad: list[bool] | None = None) -> list[int]:
+                  eager_act: list[bool] | None = None, eager_grad: list[bool] | None = None,
+                  fair_share: bool = True) -> list[int]:
     """DeepSpeed ``TrainSchedule`` (1F1B) on one pipeline replica: per stage, the time it finishes its instruction
     stream (its last backward and, on stages after the first, the send of that backward's gradient), i.e. when it
     reaches ``ReduceGrads``.  ``fwd[s]`` / ``bwd[s]`` are stage s's pass times, ``p2p[s]`` the activation transfer
@@ -205,8 +272,10 @@ def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
     message to its staging buffer and the TCP socket without waiting for the receiver (the socket transport has no
     receiver handshake; the message fits the buffers), so the sender goes on at once, the bytes leave when the
     sender's outgoing and the receiver's incoming port are free, and the receive completes at their arrival.
-    Instructions run in time order (the earliest ready instruction of any stage first), so the ports serve the
-    transfers first come, first served."""
+    Instructions run in time order (the earliest ready instruction of any stage first).  Messages to one peer go
+    in order over one connection; with ``fair_share`` (TCP: each connection a flow) the connections sharing a NIC
+    port split its rate evenly (:class:`SocketPorts`), without it the ports serve the transfers first come,
+    first served (each whole message at the full rate, one after the other)."""
     back = p2p if p2p_bwd is None else p2p_bwd
     p = len(fwd)
     eager = {"send_act": list(eager_act or [False] * max(0, p - 1)),
@@ -216,7 +285,9 @@ def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
     pos = [0] * p
     port_out = [0] * p  # when each stage's outgoing port is free (eager transfers)
     port_in = [0] * p
-    arrival: dict[tuple[str, int, int], int] = {}  # (send kind, micro-batch, sender) -> when the bytes are in
+    sockets = SocketPorts()
+    # (send kind, micro-batch, sender) -> when the bytes are in (projected while they travel, with fair sharing)
+    arrival: dict[tuple[str, int, int], int] = sockets.arrival if fair_share else {}
     remaining = sum(len(x) for x in streams)
 
     def link(kind: str, sender: int) -> int:  # index of the stage boundary a send crosses
@@ -260,8 +331,11 @@ def schedule_1f1b(fwd: list[int], bwd: list[int], p2p: list[int], m: int,
             peer = s + _MATCH[kind][1]
             wire = p2p[s] if kind == "send_act" else back[peer]
             if eager[kind][link(kind, s)]:
-                begin = max(start, port_out[s], port_in[peer])
-                port_out[s] = port_in[peer] = arrival[(kind, mb, s)] = begin + wire
+                if fair_share:
+                    sockets.send((kind, mb, s), start, wire, s, peer)
+                else:
+                    begin = max(start, port_out[s], port_in[peer])
+                    port_out[s] = port_in[peer] = arrival[(kind, mb, s)] = begin + wire
                 clock[s] = start
             else:
                 clock[s] = clock[peer] = start + wire
@@ -299,5 +373,5 @@ def deepspeed_check(program, capacity_bytes: float) -> list[dict]:
 
 
 __all__ = ["ALLREDUCE_BUCKET_ELEMENTS", "BlockDims", "OPTIMIZER_BYTES_PER_PARAM", "STATE_BYTES_PER_PARAM",
-           "StageContent", "block_params", "deepspeed_check", "layer_activation_bytes", "param_groups",
+           "SocketPorts", "StageContent", "block_params", "deepspeed_check", "layer_activation_bytes", "param_groups",
            "program_stages", "schedule_1f1b", "stage_memory_bytes", "stage_params", "train_schedule", "unbuildable_reason"]

@@ -26,10 +26,13 @@ from xsim_trace.network.nccl.shape import GroupShape, shape_of_group
 
 #: bandwidths and bandwidth factors: fitted in log space, within _BW_RANGE of their physical value
 BW_PARAMS = ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale",
-             "simple_fill_bytes")
+             "simple_fill_bytes", "nvls_tree_bw_scale")
 LAT_PARAMS = ("latency_us", "ll_latency_us", "ll128_latency_us", "simple_latency_us", "net_latency_us")
 PROTO_PARAMS = ("ll_latency_us", "ll128_latency_us", "simple_latency_us", "ll_bw_scale", "ll128_bw_scale", "simple_bw_scale",
                 "simple_fill_us", "simple_fill_bytes", "tree_fill_us", "tree_fill_bytes")
+#: constants measured once on public runs (nccl_links.yaml, reference.py) and never refitted by a calibration:
+#: NVLS-tree's share of the NVLS bandwidth (a calibration fits nvls_bw_GBps itself)
+MEASURED_ONLY = ("nvls_tree_bw_scale",)
 _ROUNDS = 4
 #: weight of the pull towards the uncalibrated value (per parameter, squared log ratio for bandwidths,
 #: squared (difference / 50 us) for latencies): a parameter the runs cannot see (the scale-out bandwidth of an
@@ -126,6 +129,8 @@ def _free_params(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> list[str]:
         names.append("nvls_bw_GBps")
     if any(s.multi_node for s in shapes):
         names += ["net_bw_GBps", "net_latency_us"]
+    if any(s.multi_node and s.nvls_bw_GBps > 0 for s in shapes):
+        names.append("nvls_tree_bw_scale")
     return [k for k in names if k not in ("intra_bw_GBps", "net_bw_GBps", "nvls_bw_GBps") or _visible(group, runs, k)]
 
 
@@ -161,6 +166,7 @@ def _start(group: DeviceGroup, runs: Sequence[NcclTestsRun]) -> dict[str, float]
         **{f"{p}_latency_us": s.proto_latency_us[i] for i, p in enumerate(("ll", "ll128", "simple"))},
         **{f"{p}_bw_scale": s.proto_bw_scale[i] for i, p in enumerate(("ll", "ll128", "simple"))},
         "simple_fill_us": s.simple_fill_us,
+        "nvls_tree_bw_scale": s.nvls_tree_bw_scale,
         "simple_fill_bytes": group.nccl.simple_fill_bytes or s.simple_fill_bytes or _DEFAULT_FILL_BYTES,
         "tree_fill_us": s.tree_fill_us,
         "tree_fill_bytes": group.nccl.tree_fill_bytes or s.tree_fill_bytes or _DEFAULT_FILL_BYTES,
@@ -248,8 +254,14 @@ def calibrate(base: Cluster, runs: Sequence[NcclTestsRun], *, params: Sequence[s
     free = _free_params(group, runs)
     if params is not None:
         free = [k for k in params if k in free]
-    else:  # the per-protocol terms are fitted afterwards, in closed form (_fit_protocols)
-        free = [k for k in free if k not in PROTO_PARAMS]
+    else:  # the per-protocol terms are fitted afterwards, in closed form (_fit_protocols); the measured
+        # constants (MEASURED_ONLY) stay: a calibration fits the link bandwidths they scale
+        free = [k for k in free if k not in PROTO_PARAMS and k not in MEASURED_ONLY]
+        if len({r.n_nodes for r in runs if r.n_nodes > 1}) < 2 and "latency_us" in free:
+            # one node count: every collective crosses the network the same number of times, so a latency per
+            # inter-node step and the base latency are one number; fitting both splits it arbitrarily, and the
+            # split decides what another node count pays.  The step keeps its physical value.
+            free = [k for k in free if k != "net_latency_us"]
     values = _start(group, runs)
     prior = dict(values)
 
@@ -297,6 +309,10 @@ _PROTOS = (Proto.LL, Proto.LL128, Proto.SIMPLE)
 _PROTO_NAMES = ("ll", "ll128", "simple")
 #: a fitted per-protocol bandwidth factor stays within this range (of the model's bandwidth for the protocol)
 _SCALE_RANGE = (0.3, 2.0)
+#: LL128's modelled bandwidth is already the link's at the protocol's payload share (120 of 128 bytes, NCCL's
+#: 0.92): a log cannot make it faster than that (a factor above 1 only trades against a fitted latency, on the
+#: few medium sizes NCCL runs LL128 at, and then wins large messages on another node count that it never ran)
+_MAX_SCALE = {Proto.LL128: 1.0}
 _PROTO_ROUNDS = 8
 
 
@@ -371,7 +387,8 @@ def _sse(cols: list[list[float]], coef: list[float], y: list[float]) -> float:
 _FILL_SIZES = tuple(sorted({int(f * (1 << e)) for e in range(18, 35) for f in (1.0, 1.5)}))
 
 
-def _solve_protocol(rows: list[_Row], with_fill: bool) -> tuple[float, float, float, float, float, float]:
+def _solve_protocol(rows: list[_Row], with_fill: bool,
+                    max_scale: float = _SCALE_RANGE[1]) -> tuple[float, float, float, float, float, float]:
     """(latency added, bandwidth factor, fill us, fill bytes, tree fill us, tree fill bytes) minimising the
     squared relative error of ``t = lat + d + x / k + fill x min(1, size / fill_bytes)``, a tree's row paying
     ``tree fill x min(1, size / tree fill bytes)`` where fitted and the fill NCCL's chunking gives it otherwise:
@@ -397,7 +414,7 @@ def _solve_protocol(rows: list[_Row], with_fill: bool) -> tuple[float, float, fl
             best = (err, out)
 
     def physical(inv: float) -> bool:
-        return inv > 0 and _SCALE_RANGE[0] <= 1.0 / inv <= _SCALE_RANGE[1]
+        return inv > 0 and _SCALE_RANGE[0] <= 1.0 / inv <= max_scale
 
     # the protocol's latency may shrink the modelled one by half at most: a fill or a steeper slope must not
     # buy a fit of large messages with a negative latency that small messages would then pay
@@ -442,7 +459,8 @@ def _fit_protocols(group: DeviceGroup, tuning: NcclTuning, runs: Sequence[NcclTe
             rows = _protocol_terms(dataclasses.replace(group, nccl=best), runs)[proto]
             if not rows:
                 continue
-            d, k, fill, fill_bytes, tree_fill, tree_bytes = _solve_protocol(rows, proto is Proto.SIMPLE)
+            d, k, fill, fill_bytes, tree_fill, tree_bytes = _solve_protocol(rows, proto is Proto.SIMPLE,
+                                                                            _MAX_SCALE.get(proto, _SCALE_RANGE[1]))
             changes: dict[str, float | None] = {f"{_PROTO_NAMES[i]}_latency_us": round(d, 3),
                                          f"{_PROTO_NAMES[i]}_bw_scale": round(k, 4)}
             if proto is Proto.SIMPLE:

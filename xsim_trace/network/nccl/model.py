@@ -204,7 +204,10 @@ def _algbw(s: GroupShape, kind: CollKind, algo: Algo, proto: Proto, size_bytes: 
         return min(s.nvls_bw_GBps, s.net_bw_GBps) if s.multi_node else s.nvls_bw_GBps
     if algo is Algo.NVLS_TREE:
         frac = 1.0 if s.n_nodes <= 2 else C.NVLS_TREE_INTER_FRACTION_BEYOND_2_NODES
-        return min(s.nvls_bw_GBps, s.net_bw_GBps * frac) * _tree_correction(proto, size_bytes)
+        # the NVLink side: one node's NVLS rate, less what the tree's network sends and receives take from the
+        # same kernel (measured: nvls_tree_bw_scale, docs/network.md)
+        nvlink = s.nvls_bw_GBps * s.nvls_tree_bw_scale
+        return min(nvlink, s.net_bw_GBps * frac) * _tree_correction(proto, size_bytes)
     if algo is Algo.COLLNET_DIRECT:
         return min(s.intra_bw_GBps * C.TREE_SIMPLE_FRACTION, s.net_bw_GBps) * (0.85 if s.arch != "ampere" else 1.0)
     if algo is Algo.COLLNET_CHAIN:

@@ -23,7 +23,7 @@ from xsim_trace.network.nccl.calibrate import calibrate
 from xsim_trace.network.nccl.nccltests import NcclTestsRun
 
 #: the value a constant has when nothing was measured: no fill, the protocol's modelled bandwidth
-NEUTRAL: dict[str, float] = {"ll128_bw_scale": 1.0, "simple_bw_scale": 1.0, "simple_fill_us": 0.0,
+NEUTRAL: dict[str, float] = {"nvls_tree_bw_scale": 1.0, "ll128_bw_scale": 1.0, "simple_bw_scale": 1.0, "simple_fill_us": 0.0,
                              "simple_latency_us": 0.0, "simple_fill_bytes": 64.0 * (1 << 20)}
 
 

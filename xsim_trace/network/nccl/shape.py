@@ -40,6 +40,8 @@ class GroupShape:
     nics_per_node: int = 0
     net_bw_GBps: float = 0.0  # effective scale-out bandwidth per node (0: single node)
     nvls_bw_GBps: float = 0.0  # NVLS all-reduce algorithm bandwidth per GPU (0: no NVLS)
+    #: the share of ``nvls_bw_GBps`` an NVLS-tree (several nodes) reaches on NVLink (measured, nccl_links.yaml)
+    nvls_tree_bw_scale: float = 1.0
     collnet: bool = False
     latency_us: float = 0.0  # added to every collective (calibrated base latency, host launch cost)
     net_latency_us: float = 0.0  # extra latency per inter-node step
@@ -176,6 +178,14 @@ def _nvls_bw(g: DeviceGroup, link: LinkGen, arch: str) -> float:
     return g.nccl.nvls_bw_GBps or link_table().nvls_algbw_GBps.get(link, 0.0)
 
 
+def _nvls_tree_scale(g: DeviceGroup, link: LinkGen) -> float:
+    """NVLS-tree's NVLink-side bandwidth relative to one node's NVLS: the group's ``nccl:`` value, else the link
+    generation's measured one (nccl_links.yaml ``protocols``), else 1."""
+    if g.nccl.nvls_tree_bw_scale is not None:
+        return g.nccl.nvls_tree_bw_scale
+    return link_table().protocol_defaults.get(link, {}).get("nvls_tree_bw_scale", 1.0)
+
+
 _PROTO_KEYS = (("ll", Proto.LL), ("ll128", Proto.LL128), ("simple", Proto.SIMPLE))
 
 
@@ -226,6 +236,7 @@ def shape_of_group(g: DeviceGroup, n_ranks: int, n_nodes: int, ranks_per_node: i
         nics_per_node=nics,
         net_bw_GBps=_group_net_bw_GBps(g, nics) if n_nodes > 1 else 0.0,
         nvls_bw_GBps=_nvls_bw(g, link, arch) if ranks_per_node > 1 else 0.0,
+        nvls_tree_bw_scale=_nvls_tree_scale(g, link),
         collnet=g.nccl.collnet and n_nodes > 1,
         latency_us=g.nccl.latency_us,
         proto_latency_us=proto_lat,
@@ -257,6 +268,7 @@ def _group_shape(cluster: Cluster, ranks: tuple[int, ...]) -> GroupShape:
         slow,
         net_bw_GBps=net,
         nvls_bw_GBps=min(s.nvls_bw_GBps for s in shapes),
+        nvls_tree_bw_scale=min(s.nvls_tree_bw_scale for s in shapes),
         # NCCL reads mixed hosts as AMD ones (tuning.cc: CPU vendor MIXED takes the AMD row)
         host_cpu=HostCpu.AMD if any(s.host_cpu is HostCpu.AMD for s in shapes) else slow.host_cpu,
         collnet=all(s.collnet for s in shapes),
