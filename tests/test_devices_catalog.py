@@ -188,3 +188,14 @@ def test_issue17_links_and_precisions():
     assert get_device("V100-16GB").nvlink_unidir_GBps == 150
     assert get_device("Titan-RTX").peak_flops("bf16") == pytest.approx(130e12)  # Turing: bf16 falls back to fp16
     assert get_device("RTX-4090").peak_flops("fp8") == pytest.approx(330.3e12)
+
+
+def test_a100_pcie_power_limited_efficiencies():
+    """The 300 W A100 PCIe runs the SXM4's (400 W) efficiencies scaled by the measured MAMF ratio 252.9 / 271.2:
+    same peak, lower sustained tensor-core rate."""
+    pcie, sxm = get_device("A100-PCIe"), get_device("A100-SXM4-80GB")
+    assert pcie.peak_flops("fp16") == sxm.peak_flops("fp16")
+    ratio = 252.9 / 271.2
+    assert pcie.gemm_efficiency == pytest.approx(sxm.gemm_efficiency * ratio, abs=0.005)
+    assert pcie.attention_efficiency == pytest.approx(sxm.attention_efficiency * ratio, abs=0.005)
+    assert pcie.attention_bwd_efficiency == pytest.approx(sxm.attention_bwd_efficiency * ratio, abs=0.005)
