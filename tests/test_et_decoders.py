@@ -248,3 +248,29 @@ def test_distinct_helpers_equal_np_unique():
         got, inv = distinct_rows(rows)
         want, want_inv = np.unique(rows, axis=0, return_inverse=True)
         assert np.array_equal(got, want) and np.array_equal(inv, want_inv.reshape(-1))
+
+
+@pytest.mark.parametrize("values", [
+    [b"dp_0", b"tp_1", b"dp_0", b"", "n\u00e9\u00e9d".encode(), b"x" * 40, b"tp_1", b"y" * 17],
+    [b"ok", b"\xff\xfe"],
+])
+def test_few_strings_equal_the_numpy_dedup(values):
+    """The per-value decode that small files take (``_few_strings``) gives ``_strings``' dict, in its
+    order, or raises where it raises (not UTF-8: the typed reader then words the error)."""
+    from xsim_trace.io.et_columns import _few_strings, _strings
+
+    data = b"\x00" * 3 + b"".join(values) + b"\x00" * 32
+    off, pos = [], 3
+    for v in values:
+        off.append(pos)
+        pos += len(v)
+    off = np.array(off[:1] + [-1] + off[1:], np.int64)  # one node without the attribute
+    ln = np.array([len(values[0]), 0] + [len(v) for v in values[1:]], np.int64)
+    try:
+        want = _strings(data, off, ln, 10)
+    except UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            _few_strings(data, off, ln, 10, {})
+        return
+    got = _few_strings(data, off, ln, 10, {})
+    assert list(got.items()) == list(want.items())

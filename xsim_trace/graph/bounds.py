@@ -184,7 +184,11 @@ def columns_out_of_bounds(cols: Any, rank_ptr: Any = None) -> str | None:
     if len(cols) and int(cols.node_id.min()) < 0:
         return "node id"
     for name, rule in INT_FIELDS.items():
+        if rule.lo <= -(1 << 63) and rule.hi >= (1 << 63) - 1:
+            continue  # every int64 is in range
         values, has = cols.int_attr(name)
+        if len(values) and rule.lo <= int(values.min()) and int(values.max()) <= rule.hi:
+            continue  # every value in range, present or not
         if np.any(has & ((values < rule.lo) | (values > rule.hi))):
             return name
     rule = INT_LIST_FIELDS[A.RING_ORDER]
@@ -218,6 +222,10 @@ def _per_rank_sums(values: Any, rank_ptr: Any) -> list[int]:
     """Exact per-rank sums of non-negative values below 2**53 (split in two parts so no int64 overflows)."""
     import numpy as np
 
+    if len(values) and max(-int(values.min()), int(values.max())) * len(values) < 1 << 63:
+        cs = np.zeros(len(values) + 1, np.int64)  # no partial sum can overflow: summed whole
+        np.cumsum(values, out=cs[1:])
+        return (cs[rank_ptr[1:]] - cs[rank_ptr[:-1]]).tolist()
     out = []
     for part in (values >> 20, values & ((1 << 20) - 1)):
         cs = np.concatenate([[0], np.cumsum(part)])

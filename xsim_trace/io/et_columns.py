@@ -179,7 +179,7 @@ def _read_numba(k, names: list[str]) -> NodeColumns | None:
     ivals = np.zeros((total, k.N_INT), np.int64)
     ihas = np.zeros((total, k.N_INT), np.uint8)
     dep_ptr = np.empty(total + 1, np.int64)
-    deps, tables, strs, rings = [], [], [{}, {}], {}
+    deps, tables, strs, rings, seen = [], [], [{}, {}], {}, {}
     base = nd_base = 0
     for i, (name, n) in enumerate(zip(names, sizes)):
         data, blobs[i] = blobs[i], None
@@ -195,7 +195,7 @@ def _read_numba(k, names: list[str]) -> NodeColumns | None:
         if status != k.OK:
             log.debug("%s: fast decoder status %d, reading it the typed way", name, status)
             return None
-        if not _strings_of(data, name_off, name_len, soff, slen, loff, llen, base, tables, strs, rings):
+        if not _strings_of(data, name_off, name_len, soff, slen, loff, llen, base, tables, strs, rings, seen):
             return None
         dep_ptr[sl] = local_ptr[:n] + nd_base
         deps.append(local_deps[:nd].copy())
@@ -230,7 +230,7 @@ def _read_numpy(names: list[str]) -> NodeColumns | None:
     plan = _diff_plan(datas)
     if plan is None:
         return None
-    parts, tables, strs, rings, sizes = [], [], [{}, {}], {}, []
+    parts, tables, strs, rings, sizes, seen = [], [], [{}, {}], {}, [], {}
     local: dict[int, _et_numpy.FileColumns] = {}  # base files' own columns, by file index
     base = 0
     for batch in _batches(plan, datas):
@@ -246,7 +246,7 @@ def _read_numpy(names: list[str]) -> NodeColumns | None:
             c, batch_sizes, joined = _decode_by_difference(plan, batch, datas, local)
             if c is None:
                 return None
-        if not _strings_of(joined, c.name_off, c.name_len, c.soff, c.slen, c.loff, c.llen, base, tables, strs, rings):
+        if not _strings_of(joined, c.name_off, c.name_len, c.soff, c.slen, c.loff, c.llen, base, tables, strs, rings, seen):
             return None
         parts.append(c)
         sizes.extend(batch_sizes)
@@ -349,22 +349,44 @@ def _decode_by_difference(plan: list[tuple], batch: list[int], datas: list[bytes
 
 
 def _strings_of(data: bytes, name_off, name_len, soff, slen, loff, llen, base: int, tables: list, strs: list,
-                rings: dict) -> bool:
+                rings: dict, seen: dict[bytes, str]) -> bool:
     """Add one file's names, string attributes and ring orders to the set's; False where one is not
-    valid UTF-8 or a ring order does not parse (the typed reader words the error)."""
+    valid UTF-8 or a ring order does not parse (the typed reader words the error).  ``seen``: the
+    set's string values decoded so far (bytes -> str), shared by its files."""
     try:
         tables.append(_names(data, name_off, name_len))
-        words = None
-        if np.any(soff >= 0):
+        present = soff >= 0
+        if int(np.count_nonzero(present)) <= SMALL_STRINGS:
+            for j in range(len(strs)):
+                strs[j].update(_few_strings(data, soff[:, j], slen[:, j], base, seen))
+        else:
             from xsim_trace.io._et_numpy import words_at
 
-            words = words_at(data)
-        for j in range(len(strs)):
-            strs[j].update(_strings(data, soff[:, j], slen[:, j], base, words))
+            words = words_at(data) if present.any() else None
+            for j in range(len(strs)):
+                strs[j].update(_strings(data, soff[:, j], slen[:, j], base, words))
         rings.update(_rings(data, loff, llen, base))
     except (UnicodeDecodeError, ValueError):
         return False
     return True
+
+
+#: up to this many string attributes in a file, :func:`_few_strings` decodes them one by one (a file of
+#: a generated step holds ~50: numpy's dedup costs more per file than the loop)
+SMALL_STRINGS = 512
+
+
+def _few_strings(data: bytes, off: np.ndarray, ln: np.ndarray, base: int, seen: dict[bytes, str]) -> dict[int, str]:
+    """:func:`_strings`' result, value by value: each distinct byte string decoded once per set."""
+    idx = np.flatnonzero(off >= 0)
+    out: dict[int, str] = {}
+    for i, a, b in zip(idx.tolist(), off[idx].tolist(), ln[idx].tolist()):
+        raw = data[a:a + b]
+        value = seen.get(raw)
+        if value is None:
+            value = seen[raw] = raw.decode("utf-8")
+        out[base + i] = value
+    return out
 
 
 def _names(data: bytes, off: np.ndarray, ln: np.ndarray) -> NameTable:

@@ -214,8 +214,11 @@ def _columns(c: NodeColumns, node_rank: np.ndarray, rank_ptr: np.ndarray, num_ra
         raise _Unsupported("negative duration")
     is_comm = (ntype == _SEND) | (ntype == _RECV) | (ntype == _COLL)
     comm_kind = np.full(n, OTHER_KIND, np.int8)
-    for i, text in c.comm_kind.items():
-        comm_kind[i] = _KIND_INDEX.get(text.lower(), OTHER_KIND)
+    if c.comm_kind:  # each distinct text looked up once
+        kinds = c.comm_kind
+        index = {text: _KIND_INDEX.get(text.lower(), OTHER_KIND) for text in set(kinds.values())}
+        comm_kind[np.fromiter(kinds.keys(), np.int64, len(kinds))] = np.fromiter(
+            map(index.__getitem__, kinds.values()), np.int8, len(kinds))
 
     size, has_size = c.int_attr("comm_size")
     comm_size = np.where(is_comm & has_size, size, 0)

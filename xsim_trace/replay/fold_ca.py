@@ -77,13 +77,12 @@ def run_folded(w: CompiledWorkload, backend, schedules: ScheduleCache, settings:
             why = "a flow's route is not its ranks' own links (or the kernel cannot run the quotient)"
         else:
             tq, stats = out
-            why = _after(w, fold, q, tq, stats, keys.key)
+            why, times = _after(w, fold, q, tq, stats, keys.key)
         if why is not None:
             backend.flows_started, backend.events, backend.heap_ops = saved
     if why is not None:
         log.debug("fold (analytical-ca): replaying every rank (%s)", why)
         return None
-    times = expand(w, fold, q, tq)
     stats.pop("link_tie")
     stats.pop("ties", None)
     stats.pop("batch", None)
@@ -91,16 +90,18 @@ def run_folded(w: CompiledWorkload, backend, schedules: ScheduleCache, settings:
     return times, dict(stats, folded_ranks=fold.folded_ranks, rep_of=fold.rep_of)
 
 
-def _after(w: CompiledWorkload, fold: Fold, q, tq: tuple, stats: dict, p2p_key: np.ndarray) -> str | None:
-    """Why the quotient's run cannot stand for the full one, or None."""
+def _after(w: CompiledWorkload, fold: Fold, q, tq: tuple, stats: dict, p2p_key: np.ndarray) -> tuple[str | None, tuple]:
+    """``(why, times)``: why the quotient's run cannot stand for the full one (None where it can),
+    and the full run's times expanded from it (empty where it cannot)."""
     if stats["finished"] != len(q.nodes):
-        return "the quotient did not finish"
+        return "the quotient did not finish", ()
     if stats["link_tie"]:
-        return "a flow reached a link at the instant of another arrival or of its release"
+        return "a flow reached a link at the instant of another arrival or of its release", ()
     if not ties_carry_over(stats.pop("ties"), stats.pop("batch")):
-        return "two flows left a rank at one instant in an order the full run may not keep"
-    ready, start, end, _, _ = expand(w, fold, q, tq)
-    return order_decided_tie(w, q, ready, start, end, p2p_key)
+        return "two flows left a rank at one instant in an order the full run may not keep", ()
+    times = expand(w, fold, q, tq)
+    ready, start, end, _, _ = times
+    return order_decided_tie(w, q, ready, start, end, p2p_key), times
 
 
 def ties_carry_over(ties: np.ndarray, batch: np.ndarray) -> bool:
