@@ -190,3 +190,23 @@ def chains(ranks: int, iterations: int, size: int, ctype=CollectiveType.ALL_REDU
                                comm_size=size))
         last = (2 * k + 1,)
     return {r: Trace(make_metadata(world_size=ranks), tuple(nodes), rank=r) for r in range(ranks)}
+
+
+FOLD_TIMES = ("ready_ns", "start_ns", "end_ns", "wait_ns", "peer_node")
+
+
+def assert_same_node_times(a, b) -> None:
+    """Every node's ready, start, end, wait and peer equal in two replays' raw times (folded vs reference)."""
+    for name in FOLD_TIMES:
+        assert np.array_equal(np.asarray(getattr(a, name), np.int64), np.asarray(getattr(b, name), np.int64)), name
+
+
+def generate_pipeline_step(folder):
+    """A generated Llama-2-7B TP2 PP2 DP4 step of 2 layers (send/recv between stages, TP and DP collectives)
+    written under ``folder``; returns the rank-set prefix."""
+    from xsim_trace.cli.main import main as xsim
+
+    prefix = folder / "step"
+    assert xsim(["--quiet", "generate", "--model", "llama2-7b", "--tp", "2", "--pp", "2", "--dp", "4", "--layers", "2",
+                 "--out", str(prefix)]) == 0
+    return prefix

@@ -21,7 +21,9 @@ from xsim_trace.replay.columnar import compile_rank_files  # noqa: E402
 from xsim_trace.replay.engine import Engine  # noqa: E402
 from xsim_trace.replay.sample import tp_dp_step  # noqa: E402
 
-TIMES = ("ready_ns", "start_ns", "end_ns", "wait_ns", "peer_node")
+from replay_helpers import FOLD_TIMES, assert_same_node_times, generate_pipeline_step  # noqa: E402
+
+TIMES = FOLD_TIMES
 
 
 def folded_and_not(w, cluster, settings, rank_class=None, compiled=True):
@@ -46,9 +48,6 @@ def folded_and_not(w, cluster, settings, rank_class=None, compiled=True):
     return run(True), run(False)
 
 
-def assert_same_times(a, b) -> None:
-    for name in TIMES:
-        assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
 SETTINGS = [
@@ -68,7 +67,7 @@ def test_tp_dp_step_folds_to_one_rank_exactly(settings, compiled):
     traces, groups = tp_dp_step(tp=4, dp=4, layers=2, gemm_ns=50_000, tp_bytes=4 << 20, grad_bytes=16 << 20)
     w = compile_workload(traces, groups)
     folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), settings, compiled=compiled)
-    assert_same_times(folded, full)
+    assert_same_node_times(folded, full)
     assert full.stats.folded_ranks == 0
     assert folded.stats.folded_ranks > 0
     assert folded.stats.events < full.stats.events
@@ -80,7 +79,7 @@ def test_a_slow_rank_and_its_peers_keep_their_own_times(compiled):
                                 slow_rank=5, slow_factor=1.3)
     w = compile_workload(traces, groups)
     folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), ReplaySettings(), compiled=compiled)
-    assert_same_times(folded, full)
+    assert_same_node_times(folded, full)
     # rank 5 differs from every other rank; the others still fold
     assert 0 < folded.stats.folded_ranks < w.num_ranks - 1
 
@@ -92,17 +91,13 @@ def test_device_classes_split_the_fold(compiled):
     cluster = load_cluster("dgx-h100:2")
     one, _ = folded_and_not(w, cluster, ReplaySettings(), compiled=compiled)
     two, full = folded_and_not(w, cluster, ReplaySettings(), rank_class=[r // 8 for r in range(16)], compiled=compiled)
-    assert_same_times(two, full)
+    assert_same_node_times(two, full)
     assert one.stats.folded_ranks == 15 and two.stats.folded_ranks == 14
 
 
 @pytest.fixture(scope="module")
 def pipeline_step(tmp_path_factory):
-    """A generated TP2 PP2 DP4 step (send/recv between stages, TP and DP collectives) on disk."""
-    prefix = tmp_path_factory.mktemp("fold") / "step"
-    xsim(["--quiet", "generate", "--model", "llama2-7b", "--tp", "2", "--pp", "2", "--dp", "4", "--layers", "2",
-          "--out", str(prefix)])
-    return prefix
+    return generate_pipeline_step(tmp_path_factory.mktemp("fold"))
 
 
 @LOOPS
@@ -110,7 +105,7 @@ def pipeline_step(tmp_path_factory):
 def test_generated_pipeline_step_folds_exactly(pipeline_step, settings, compiled):
     w, _ = compile_rank_files(pipeline_step, columnar=False)
     folded, full = folded_and_not(w, load_cluster("dgx-h100:2"), settings, compiled=compiled)
-    assert_same_times(folded, full)
+    assert_same_node_times(folded, full)
     assert folded.stats.folded_ranks == 14  # one rank per pipeline stage simulated (TP peers and DP replicas fold)
     assert folded.stats.flows < full.stats.flows
 
@@ -228,7 +223,7 @@ def test_a_tie_broken_by_the_event_order_replays_every_rank(caplog, compiled):
     w = compile_workload(traces, groups)
     with caplog.at_level("DEBUG", logger="xsim_trace.replay"):
         folded, full = folded_and_not(w, load_cluster("dgx-h100:1"), ReplaySettings(), compiled=compiled)
-    assert_same_times(folded, full)
+    assert_same_node_times(folded, full)
     assert folded.stats.folded_ranks == 0 and folded.rep_of is None
     assert "collective or a transfer" in caplog.text
 

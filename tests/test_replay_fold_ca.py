@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("numba")
 
-from xsim_trace.cli.main import main as xsim  # noqa: E402
 from xsim_trace.cluster import load_cluster, single_switch  # noqa: E402
 from xsim_trace.network.registry import make_backend  # noqa: E402
 from xsim_trace.network.topology import build_topology  # noqa: E402
@@ -22,7 +21,8 @@ from xsim_trace.replay.engine import Engine  # noqa: E402
 from xsim_trace.replay.fold_ca import ties_carry_over  # noqa: E402
 from xsim_trace.replay.sample import tp_dp_step  # noqa: E402
 
-TIMES = ("ready_ns", "start_ns", "end_ns", "wait_ns", "peer_node")
+from replay_helpers import assert_same_node_times, generate_pipeline_step  # noqa: E402
+
 SETTINGS = [
     ReplaySettings(),
     ReplaySettings(chunks=4, in_flight=1, endpoint_delay_ns=10),
@@ -39,9 +39,6 @@ def folded_and_reference(w, topo, settings, chunk_bytes=0):
     return folded.run(), ref.run()
 
 
-def assert_same_times(a, b) -> None:
-    for name in TIMES:
-        assert np.array_equal(np.asarray(getattr(a, name), np.int64), np.asarray(getattr(b, name), np.int64)), name
 
 
 def _tp_dp(**kw):
@@ -53,7 +50,7 @@ def _tp_dp(**kw):
 def test_tp_dp_step_on_a_switch_folds_to_one_rank_exactly(settings):
     w = _tp_dp()
     folded, ref = folded_and_reference(w, build_topology(single_switch(16, 50.0, 500)), settings)
-    assert_same_times(folded, ref)
+    assert_same_node_times(folded, ref)
     assert folded.stats.folded_ranks == 15
     assert folded.stats.flows < ref.stats.flows
 
@@ -61,24 +58,20 @@ def test_tp_dp_step_on_a_switch_folds_to_one_rank_exactly(settings):
 def test_a_slow_rank_keeps_its_own_times():
     w = _tp_dp(slow_rank=5, slow_factor=1.3)
     folded, ref = folded_and_reference(w, build_topology(single_switch(16, 50.0, 500)), SETTINGS[1])
-    assert_same_times(folded, ref)
+    assert_same_node_times(folded, ref)
     assert folded.rep_of is None or folded.rep_of[5] == 5
 
 
 @pytest.fixture(scope="module")
 def pipeline_step(tmp_path_factory):
-    """A generated TP2 PP2 DP4 step (send/recv between stages, TP and DP collectives) on disk."""
-    prefix = tmp_path_factory.mktemp("fold_ca") / "step"
-    xsim(["--quiet", "generate", "--model", "llama2-7b", "--tp", "2", "--pp", "2", "--dp", "4", "--layers", "2",
-          "--out", str(prefix)])
-    return prefix
+    return generate_pipeline_step(tmp_path_factory.mktemp("fold_ca"))
 
 
 @pytest.mark.parametrize("settings", SETTINGS[:2])
 def test_generated_pipeline_step_folds_exactly(pipeline_step, settings):
     w, _ = compile_rank_files(pipeline_step, columnar=False)
     folded, ref = folded_and_reference(w, build_topology(single_switch(16, 50.0, 500)), settings)
-    assert_same_times(folded, ref)
+    assert_same_node_times(folded, ref)
     assert folded.stats.folded_ranks == 14  # one rank per pipeline stage simulated
     assert folded.stats.flows < ref.stats.flows
 
@@ -94,14 +87,14 @@ def test_replay_compiled_folds_by_default_and_no_fold_turns_it_off(pipeline_step
     assert on.stats.folded_ranks == 14 and on.iteration_ns == int(ref.end_ns.max())
     off = Engine(w, make_backend("analytical-ca", topo, chunk_bytes=0), SETTINGS[1], compiled=True, fold=False).run()
     assert off.stats.folded_ranks == 0
-    assert_same_times(off, ref)
+    assert_same_node_times(off, ref)
 
 
 def test_fabric_links_between_nodes_are_not_folded_over(pipeline_step):
     """On two DGX nodes the DP and pipeline flows cross NICs and the fabric, links no rank owns."""
     w, _ = compile_rank_files(pipeline_step, columnar=False)
     folded, ref = folded_and_reference(w, build_topology(load_cluster("dgx-h100:2")), SETTINGS[1])
-    assert_same_times(folded, ref)
+    assert_same_node_times(folded, ref)
     assert folded.stats.folded_ranks == 0
 
 
@@ -112,7 +105,7 @@ def test_a_slower_port_is_not_folded_over():
     slow = next(i for i, ln in enumerate(topo.links) if ln.src == 7)
     topo.bw_Bpns[slow] *= 0.5
     folded, ref = folded_and_reference(w, topo, SETTINGS[1])
-    assert_same_times(folded, ref)
+    assert_same_node_times(folded, ref)
     assert folded.stats.folded_ranks == 0
 
 
@@ -122,7 +115,7 @@ def test_ties_at_a_link_are_not_carried_over(settings, chunk_bytes):
     instant in an order the quotient's events decide: every rank is replayed."""
     w = _tp_dp()
     folded, ref = folded_and_reference(w, build_topology(single_switch(16, 50.0, 500)), settings, chunk_bytes)
-    assert_same_times(folded, ref)
+    assert_same_node_times(folded, ref)
     assert folded.stats.folded_ranks == 0
 
 
