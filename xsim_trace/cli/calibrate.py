@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import statistics
 from pathlib import Path
 
@@ -78,16 +77,6 @@ def _gpu_and_base(runs, args) -> tuple[str, object]:
     return gpu.name, cluster_from_dict(d, file=f"calibration base {base.name}")
 
 
-def _check_times(runs) -> None:
-    """Every measured time is a positive finite number (the fit divides by it and takes its log)."""
-    for run in runs:
-        for row in run.rows:
-            for field, value in (("time", row.time_us), ("in-place time", row.time_in_place_us)):
-                if value is not None and not (math.isfinite(value) and value > 0):
-                    raise FormatError(f"expected a positive {field} in us, found {value:g}",
-                                      file=f"{run.file}:{row.line}")
-
-
 def _check_output(path: Path) -> None:
     """Refuse, before the fit, an output path that is a folder or lies under a file."""
     if path.is_dir():
@@ -109,7 +98,6 @@ def _nccl_tests(args: argparse.Namespace) -> int:
     kind = CollKind.parse(args.collective, field="--collective") if args.collective else None
     _check_nodes(args.nodes)
     runs = [parse_nccl_tests(p, collective=kind, nodes=args.nodes) for p in args.logs]
-    _check_times(runs)
     gpu, base = _gpu_and_base(runs, args)
     cal = calibrate(base, runs)
     out = calibrated_cluster(base, cal)

@@ -9,6 +9,7 @@ busbw #wrong``.  Anything malformed is a :class:`~xsim_trace.errors.FormatError`
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -81,7 +82,8 @@ def _collective_from_name(text: str) -> CollKind | None:
 
 def _parse_row(file: str, ln: int, tokens: list[str]) -> tuple[Row, str | None, str | None]:
     try:
-        size, _count = int(tokens[0]), int(tokens[1])
+        size = int(tokens[0])
+        int(tokens[1])  # the element count: an integer, not used
     except (ValueError, IndexError):
         raise _err(file, ln, f"expected 'size count type ... time algbw busbw #wrong', found {' '.join(tokens)[:80]!r}") from None
     rest = tokens[3:]
@@ -98,6 +100,9 @@ def _parse_row(file: str, ln: int, tokens: list[str]) -> tuple[Row, str | None, 
         elif not _NUM_RE.match(tok):
             raise _err(file, ln, f"expected a number in column {4 + i}, found {tok!r}")
     t_in = float(rest[4]) if len(rest) == 8 else None
+    for field, value in (("time", float(rest[0])), ("in-place time", t_in)):
+        if value is not None and not (math.isfinite(value) and value > 0):  # a fit divides by it and takes its log
+            raise _err(file, ln, f"expected a positive {field} in us, found {value:g}")
     return Row(ln, size, float(rest[0]), float(rest[1]), float(rest[2]), t_in), redop, root
 
 
