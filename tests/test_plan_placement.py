@@ -16,7 +16,7 @@ from xsim_trace.plan.placement import layout
 from xsim_trace.plan.stage_cost import ring_allreduce_ns
 from xsim_trace.units import gbps_to_GBps
 
-from rewrite_helpers import TINY_MODEL, plan_dict
+from rewrite_helpers import plan_dict
 
 GROUP = [{"name": "g", "device": "A100-SXM4-80GB", "count": 8, "devices_per_node": 4, "nic_gbps": 25,
           "intra_node_GBps": 200}]
@@ -56,3 +56,17 @@ def test_placement_round_trips_through_the_plan_document_and_a_bad_one_names_the
     assert "placement" in str(e.value) and "diagonal" in str(e.value)
     with pytest.raises(ConfigError):
         replace(plan, placement="x")
+
+
+def test_plan_search_offers_every_placement_the_plan_knows():
+    """The CLI spells the placements out (importing plan.model would slow the parser); they must stay the same."""
+    from xsim_trace.cli.main import build_parser
+    from xsim_trace.plan.model import PLACEMENTS
+
+    parser = build_parser("plan")
+    args = parser.parse_args(["plan", "search", "--cluster", "c", "--model", "m", "--out", "o"])
+    assert args.placement == PLACEMENTS[0]
+    for name in PLACEMENTS:
+        assert parser.parse_args(["plan", "search", "--cluster", "c", "--model", "m", "--out", "o", "--placement", name]).placement == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["plan", "search", "--cluster", "c", "--model", "m", "--out", "o", "--placement", "nowhere"])

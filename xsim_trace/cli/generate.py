@@ -153,7 +153,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         changes["seq_len"] = args.seq_len
     if args.layers:
         changes["layers"] = args.layers
-    if getattr(args, "position_embedding", None):
+    if args.position_embedding:
         changes["position_embedding"] = args.position_embedding
     if changes:
         model = model.with_(**changes)
@@ -165,7 +165,7 @@ def setup_from_args(args: argparse.Namespace, *, device=None, gpus_per_node: int
         grad_accum=args.grad_accum, precision=args.precision, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather, lora_rank=args.lora_rank, moe_imbalance=args.moe_imbalance,
         deterministic=args.deterministic, transformer_impl=args.transformer_impl, rope_fusion=args.rope_fusion,
-        moe_dispatcher=getattr(args, "moe_dispatcher", "alltoall"),
+        moe_dispatcher=args.moe_dispatcher,
     )
     return make_setup(model, fw, device if device is not None else args.device,
                       gpus_per_node=gpus_per_node or args.gpus_per_node,

@@ -37,7 +37,7 @@ def register(psub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-mixed", action="store_true", help="only group replicas (no pipeline through several groups)")
     s.add_argument("--hetero-tp", action="store_true",
                    help="also TP groups over two device groups (half the TP ranks on each, paced by the slower)")
-    s.add_argument("--placement", choices=("pipeline", "stage"), default="pipeline",
+    s.add_argument("--placement", choices=("pipeline", "stage"), default="pipeline",  # plan.model.PLACEMENTS (importing it costs the parser ~0.1 s)
                    help="where ranks sit: pipeline after pipeline (default) or stage by stage (a stage's data-parallel "
                         "replicas side by side, as HexiScale / FlashFlex and Megatron's rank order place them)")
     s.add_argument("--every-device", action="store_true", help="only plans that use every device of the cluster")

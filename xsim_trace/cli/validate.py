@@ -13,6 +13,8 @@ from xsim_trace.io import atomic_write, check_output_folder
 
 log = logging.getLogger(__name__)
 
+_VALIDATE_FILES = frozenset({"validation.json", "validation.png"})  # what --out holds of a validate run
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -102,7 +104,8 @@ def _write_outputs(out: Path, v, measured: dict, *, plot: bool) -> None:
     waits = peer_waits(measured)
     if waits:  # ranks on one clock: time each rank spent in NCCL waiting for its last peer
         doc["measured_peer_wait_ns"] = {str(r): sum(w.wait_ns for w in waits if w.rank == r) for r in measured}
-    with output_set(out, label="validate") as staged:  # both files or neither; nothing else removed
+    # both files or neither; an old validation.png that this run does not plot is removed with the commit
+    with output_set(out, _VALIDATE_FILES.__contains__, label="validate") as staged:
         with atomic_write(staged.path("validation.json")) as f:
             json.dump(doc, f, indent=1, sort_keys=True)
             f.write("\n")

@@ -186,9 +186,11 @@ def _twins(ptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     absent = np.bincount(inst[nodes < 0], minlength=len(n)).astype(np.int64)
     if not absent.any():
         return pos, absent
-    first = np.full(len(n), 0, np.int64)
-    present = np.flatnonzero(nodes >= 0)[::-1]
-    first[inst[present]] = pos[present]  # the lowest present position wins (written last)
+    none = np.iinfo(np.int64).max
+    first = np.full(len(n), none, np.int64)
+    present = np.flatnonzero(nodes >= 0)
+    np.minimum.at(first, inst[present], pos[present])  # each instance's lowest present position
+    first[first == none] = 0  # an instance with no present member
     return np.where(nodes >= 0, pos, first[inst]), absent
 
 

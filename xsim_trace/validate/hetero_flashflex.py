@@ -71,7 +71,7 @@ DEFAULT_GLOBAL_BATCH = 64
 FLASHFLEX_INTER_GiBps = 5.0
 #: the plan search's budget per row, counted in structures costed (best lower bound first) instead of wall seconds,
 #: so that the chosen plan does not depend on the machine.  With every GPU in use (``Space.every_device``) the
-#: README clusters have 14-16,216 structures and branch and bound ends on its own after 2-2,700 of them (seconds),
+#: README clusters have 14-16,216 structures and branch and bound ends on its own after 2-3,432 of them (seconds),
 #: so the budget is only a guard: each row's plan is the closed form's optimum over the space
 SEARCH_STRUCTURES = 50_000
 
