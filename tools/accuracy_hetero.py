@@ -85,7 +85,66 @@ def _row_filter(spec: str):
     return keep, frozenset(singles)  # the ids named one by one must each be a row of the file
 
 
-def main(argv: list[str] | None = None) -> int:
+def _rows_to_predict(spec: str, raws: list, csv: str) -> list | int:
+    """The rows ``--rows`` names (every row when ``spec`` is empty), or exit code 2 after a one-line error.
+    --fit / --cv still use every homogeneous row."""
+    if not spec:
+        return raws
+    try:
+        keep, named = _row_filter(spec)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    todo = [r for r in raws if keep(r.row_id)]
+    unknown = sorted(named - {r.row_id for r in raws})
+    if unknown:
+        print(f"error: --rows: no row {', '.join(unknown)} in {csv}", file=sys.stderr)
+        return 2
+    if not todo:
+        print(f"error: --rows {spec!r} matches no row of {csv}", file=sys.stderr)
+        return 2
+    return todo
+
+
+def _calibration(args: argparse.Namespace, raws: list):
+    """The constants to predict with: FITTED, with the --nic-gbps what-if line rates, refitted under --fit;
+    or exit code 2 after a one-line error."""
+    cal = FITTED
+    if args.nic_gbps:
+        try:
+            override = tuple((k.strip(), float(v)) for k, v in (x.split("=", 1) for x in args.nic_gbps))
+        except ValueError:
+            print(f"error: --nic-gbps expects PRESET=GBPS, found {args.nic_gbps!r}", file=sys.stderr)
+            return 2
+        cal = cal.with_(nic_gbps=override)
+        print(f"# what-if NIC line rates (not the presets'): {dict(override)}")
+    if args.fit:
+        cal = fit(_homogeneous_rows(raws), rounds=args.rounds)
+        print(f"# fitted on the homogeneous rows: {cal}")
+    return cal
+
+
+def _print_cross_validated(raws: list, folds: int, rounds: int) -> None:
+    cv = {r.row_id: r for r in cross_validate(_homogeneous_rows(raws), folds, rounds=rounds)}
+    print(f"# {folds}-fold cross-validated homogeneous rows (constants fitted without the row's fold):")
+    for r in cv.values():
+        print("cv " + r.line())
+    for name, keep in (("T4 (AWS)", "aws"), ("GH200 (Alps)", "gh")):
+        part = [r for r in cv.values() if (r.capacity_GiB == 96) == (keep == "gh")]
+        print(f"# cv {name}: {summarize(part).line()}")
+    print(f"# cv all homogeneous: {summarize(list(cv.values())).line()}")
+
+
+def _print_part_summaries(results: list[RowResult]) -> None:
+    for label, sel in (("heterogeneous, SUSPECT excluded", "hetero"), ("homogeneous, SUSPECT excluded", "homogeneous")):
+        part = _selected(results, sel, True)
+        s = summarize(part)
+        print(f"# {label}: {s.line()} measured_predicted_oom {s.measured_predicted_oom}")
+        built = summarize([r for r in part if not r.error])
+        print(f"#   of which built (timed or failed; the {len(part) - built.rows} ERROR rows left out): {built.line()}")
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", default=str(DEFAULT_CSV), help="measured rows (default: %(default)s)")
     ap.add_argument("--select", choices=("all", "hetero", "homogeneous"), default="all")
@@ -102,50 +161,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="", metavar="IDS",
                     help="only these rows: ids and ranges, e.g. H142-H149,H037 (the summary counts only them; "
                          "--fit / --cv still use every homogeneous row)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         raws = read_rows(args.csv)
     except XsimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.rows:
-        try:
-            keep, named = _row_filter(args.rows)
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        todo = [r for r in raws if keep(r.row_id)]  # --fit / --cv still use every homogeneous row
-        unknown = sorted(named - {r.row_id for r in raws})
-        if unknown:
-            print(f"error: --rows: no row {', '.join(unknown)} in {args.csv}", file=sys.stderr)
-            return 2
-        if not todo:
-            print(f"error: --rows {args.rows!r} matches no row of {args.csv}", file=sys.stderr)
-            return 2
-    else:
-        todo = raws
-    cal = FITTED
-    if args.nic_gbps:
-        try:
-            override = tuple((k.strip(), float(v)) for k, v in (x.split("=", 1) for x in args.nic_gbps))
-        except ValueError:
-            print(f"error: --nic-gbps expects PRESET=GBPS, found {args.nic_gbps!r}", file=sys.stderr)
-            return 2
-        cal = cal.with_(nic_gbps=override)
-        print(f"# what-if NIC line rates (not the presets'): {dict(override)}")
-    if args.fit:
-        cal = fit(_homogeneous_rows(raws), rounds=args.rounds)
-        print(f"# fitted on the homogeneous rows: {cal}")
+    todo = _rows_to_predict(args.rows, raws, args.csv)
+    if isinstance(todo, int):
+        return todo
+    cal = _calibration(args, raws)
+    if isinstance(cal, int):
+        return cal
     results = evaluate(todo, cal)
     if args.cv:
-        cv = {r.row_id: r for r in cross_validate(_homogeneous_rows(raws), args.cv, rounds=args.rounds)}
-        print(f"# {args.cv}-fold cross-validated homogeneous rows (constants fitted without the row's fold):")
-        for r in cv.values():
-            print("cv " + r.line())
-        for name, keep in (("T4 (AWS)", "aws"), ("GH200 (Alps)", "gh")):
-            part = [r for r in cv.values() if (r.capacity_GiB == 96) == (keep == "gh")]
-            print(f"# cv {name}: {summarize(part).line()}")
-        print(f"# cv all homogeneous: {summarize(list(cv.values())).line()}")
+        _print_cross_validated(raws, args.cv, args.rounds)
     chosen = _selected(results, args.select, args.exclude_suspect)
     for r in chosen:
         print(r.line())
@@ -153,12 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             for st in r.stages:
                 print(st.line())
     if args.select == "all":
-        for label, sel in (("heterogeneous, SUSPECT excluded", "hetero"), ("homogeneous, SUSPECT excluded", "homogeneous")):
-            part = _selected(results, sel, True)
-            s = summarize(part)
-            print(f"# {label}: {s.line()} measured_predicted_oom {s.measured_predicted_oom}")
-            built = summarize([r for r in part if not r.error])
-            print(f"#   of which built (timed or failed; the {len(part) - built.rows} ERROR rows left out): {built.line()}")
+        _print_part_summaries(results)
     s = summarize(chosen)
     print(f"# measured runs predicted out of memory: {s.measured_predicted_oom}")
     print(s.line())
