@@ -230,7 +230,6 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
         ]
     # MoE: router, dispatch, expert GEMMs (balanced over the replica's tp*cp ranks), combine
     t_moe = d.tokens_sp
-    routed = t_moe * model.moe_top_k
     local_experts = max(model.moe_experts // fw.ep, 1)
     mats = 3 if model.swiglu else 2
     # the busiest expert-parallel rank sets the pace (moe_imbalance x the balanced share)
@@ -240,20 +239,7 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
     moe_group = HostGroup.MOE
     ops: list[Op] = [_gemm("moe_router", t_moe, model.moe_experts, h, e, group=moe_group)]
     gather = _moe_gather_group(fw) if fw.moe_dispatcher == "allgather" else None
-    if gather is None:
-        ops.append(_mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=moe_group))
-        if fw.ep > 1:
-            ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL,
-                              int(routed * fw.moe_imbalance) * h * e))
-    else:
-        kind, scale = gather
-        # Megatron's MoEAllGatherTokenDispatcher: every rank of the expert-TP x EP group gathers all the
-        # group's tokens (and their routing map and probabilities), then keeps those of its local experts
-        ops.append(CommOp("moe_dispatch_allgather", kind, CollectiveType.ALL_GATHER, int(scale * t_moe * h * e)))
-        ops.append(CommOp("moe_dispatch_allgather_probs", kind, CollectiveType.ALL_GATHER,
-                          int(scale * t_moe * model.moe_experts * 5)))  # fp32 probabilities + bool map
-        ops.append(_mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e + fw.etp * fw.ep * t_moe * model.moe_experts,
-                        kernels=4, group=moe_group))
+    ops += _moe_dispatch_ops(model, fw, d, gather)
     # one expert MLP module per local expert (two GEMM launches each)
     per_expert = max(1, expert_tokens // local_experts)
     shape = (per_expert, mats * model.moe_ffn // fw.etp, h, local_experts)
@@ -261,18 +247,7 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
                          shape, "fwd", True))
     ops.append(_mem("moe_expert_act", KernelClass.ELEMENTWISE, 3 * expert_tokens * model.moe_ffn * e // fw.etp,
                     kernels=local_experts, modules=local_experts, group=moe_group))
-    if gather is None:
-        if fw.ep > 1:
-            ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL,
-                              int(routed * fw.moe_imbalance) * h * e))
-        ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=moe_group))
-    else:
-        # unpermute into a zeroed buffer of the group's tokens, then reduce-scatter it back
-        n = fw.etp * fw.ep
-        ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e + n * t_moe * h * e, kernels=3,
-                        group=moe_group))
-        ops.append(CommOp("moe_combine_reducescatter", gather[0], CollectiveType.REDUCE_SCATTER,
-                          int(gather[1] * t_moe * h * e)))
+    ops += _moe_combine_ops(model, fw, d, gather)
     if model.moe_shared_experts:
         # the shared experts: one dense MLP of width shared * moe_ffn over every token, TP-sharded
         f_tp = model.moe_shared_experts * model.moe_ffn // fw.tp
@@ -281,6 +256,52 @@ def mlp_ops(model: ModelSpec, fw: Framework, d: Dims, moe: bool | None = None) -
                 _mem("moe_shared_act", KernelClass.ELEMENTWISE, (up + f_tp) * d.tokens * e, group=moe_group),
                 _gemm("moe_shared_fc2", d.tokens, h, f_tp, e, group=moe_group, linear=True)]
     return ops
+
+
+def _moe_dispatch_ops(model: ModelSpec, fw: Framework, d: Dims, gather: tuple[CommKind, float] | None) -> list[Op]:
+    """The MoE token dispatch before the experts: permute, then the all-to-all over EP (``gather`` None:
+    the all-to-all dispatcher, or a dispatcher with nothing to gather over); else Megatron's
+    MoEAllGatherTokenDispatcher over the group ``gather`` names (kind, buffer scale), then permute."""
+    h, e, t_moe = model.hidden, d.elt, d.tokens_sp
+    routed = t_moe * model.moe_top_k
+    if gather is None:
+        ops: list[Op] = [_mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=4, group=HostGroup.MOE)]
+        if fw.ep > 1:
+            ops.append(CommOp("moe_dispatch_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL,
+                              int(routed * fw.moe_imbalance) * h * e))
+        return ops
+    kind, scale = gather
+    # every rank of the expert-TP x EP group gathers all the group's tokens (and their routing map and
+    # probabilities), then keeps those of its local experts
+    return [
+        CommOp("moe_dispatch_allgather", kind, CollectiveType.ALL_GATHER, int(scale * t_moe * h * e)),
+        CommOp("moe_dispatch_allgather_probs", kind, CollectiveType.ALL_GATHER,
+               int(scale * t_moe * model.moe_experts * 5)),  # fp32 probabilities + bool map
+        _mem("moe_permute", KernelClass.ELEMENTWISE, 2 * routed * h * e + fw.etp * fw.ep * t_moe * model.moe_experts,
+             kernels=4, group=HostGroup.MOE),
+    ]
+
+
+def _moe_combine_ops(model: ModelSpec, fw: Framework, d: Dims, gather: tuple[CommKind, float] | None) -> list[Op]:
+    """The MoE combine after the experts, the mirror of :func:`_moe_dispatch_ops`: all-to-all back then
+    unpermute; or (all-gather dispatcher) unpermute into a zeroed buffer of the group's tokens, then
+    reduce-scatter it back."""
+    h, e, t_moe = model.hidden, d.elt, d.tokens_sp
+    routed = t_moe * model.moe_top_k
+    if gather is None:
+        ops: list[Op] = []
+        if fw.ep > 1:
+            ops.append(CommOp("moe_combine_a2a", CommKind.EP, CollectiveType.ALL_TO_ALL,
+                              int(routed * fw.moe_imbalance) * h * e))
+        ops.append(_mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e, kernels=3, group=HostGroup.MOE))
+        return ops
+    kind, scale = gather
+    n = fw.etp * fw.ep
+    return [
+        _mem("moe_unpermute", KernelClass.ELEMENTWISE, 2 * routed * h * e + n * t_moe * h * e, kernels=3,
+             group=HostGroup.MOE),
+        CommOp("moe_combine_reducescatter", kind, CollectiveType.REDUCE_SCATTER, int(scale * t_moe * h * e)),
+    ]
 
 
 def _moe_gather_group(fw: Framework) -> tuple[CommKind, float] | None:
