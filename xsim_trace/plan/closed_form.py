@@ -15,7 +15,7 @@ plan search prunes with and ``plan compare --quick`` reports; the replay costs w
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, MutableMapping
+from typing import Any, Callable, MutableMapping
 
 from xsim_trace.errors import ConfigError
 from xsim_trace.plan.layer_split import uniform_partition
@@ -26,6 +26,7 @@ from xsim_trace.plan.model import Plan, PipelinePlan
 from xsim_trace.plan.stage_cost import StageCost, best_counts, pipeline_ns, ring_allreduce_ns
 from xsim_trace.plan.dp_intervals import Segment, dp_intervals
 from xsim_trace.layer_templates.per_stage import Templates, TemplateSet, as_template_set
+from xsim_trace.layer_templates.template import ModelTemplate
 from xsim_trace.units import gbps_to_GBps
 
 #: share of a layer's forward + backward time that is backward (2 of 3 GEMM passes)
@@ -153,10 +154,10 @@ def model_flops_per_step(plan: Plan) -> float:
     return 3.0 * fwd * plan.total_micro_batches
 
 
-def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any, dict] | None = None
-                  ) -> PlanEstimate:
-    """The closed-form estimate of ``plan``; ConfigError when a stage does not fit in memory."""
-    tset = as_template_set(templates, plan.model)
+def _pipeline_estimates(plan: Plan, tset: TemplateSet, cache: MutableMapping[Any, dict] | None
+                        ) -> list[PipelineEstimate]:
+    """Each pipeline's estimate, computed once per distinct (stages, micro-batches) of the plan (and across
+    plans through ``cache``)."""
     ests: list[PipelineEstimate] = []
     shared = cache.setdefault(_plan_key(plan), {}) if cache is not None else {}
     seen: dict[int, PipelineEstimate] = {}  # by pipeline object: replicas often share one
@@ -169,12 +170,18 @@ def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any
                 est = shared[key] = estimate_pipeline(plan, i, tset)
             seen[id(pipe)] = est
         ests.append(est)
-    base = tset.base
-    # identical pipelines (same stages, same estimate) count once, with their multiplicity
+    return ests
+
+
+def _pipeline_kinds(plan: Plan, ests: list[PipelineEstimate]
+                    ) -> tuple[list[tuple[PipelinePlan, PipelineEstimate]], list[int], list[int], list[int]]:
+    """Identical pipelines (same stages, same estimate) counted once: the kinds, each kind's multiplicity
+    and micro-batches, and each pipeline's kind index."""
     kind_of: dict[tuple, int] = {}
     kinds: list[tuple[PipelinePlan, PipelineEstimate]] = []
     mult: list[int] = []
     m_of: list[int] = []
+    kind_index: list[int] = []
     for i, (pipe, est) in enumerate(zip(plan.pipelines, ests)):
         key = (id(pipe), id(est))
         if key not in kind_of:
@@ -183,39 +190,70 @@ def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any
             mult.append(0)
             m_of.append(plan.micro_batches_of(i))
         mult[kind_of[key]] += 1
+        kind_index.append(kind_of[key])
+    return kinds, mult, m_of, kind_index
+
+
+def _dp_sync(plan: Plan, base: ModelTemplate, kinds: list[tuple[PipelinePlan, PipelineEstimate]], mult: list[int],
+             kind_index: list[int], end: float) -> tuple[float, float, float]:
+    """The data-parallel gradient syncs of a plan with dp > 1, interval by interval of the layers: the step's
+    end (``end`` or later, when a sync finishes after the last pipeline), the longest sync and the largest
+    spread of the ready times of the stages that sync together."""
+    dp_ns = straggler = 0.0
+    used: dict[str, int] = {}
+    for (p, _), n in zip(kinds, mult):
+        for st in p.stages:
+            for g, k in st.parts:
+                used[g] = used.get(g, 0) + n * k
+    one_node = {g.name for g in plan.groups if used.get(g.name, 0) <= g.devices_per_node}
+    same_node = _same_node_test(plan, kind_index, len(kinds))
+    last_v = [len(p.stages) * plan.chunks - 1 for p, _ in kinds]
+    for iv in dp_intervals(_segments(kinds, plan.chunks)):
+        members = iv.members
+        size = sum(mult[k] for k, _, _ in members)
+        if size < 2:
+            continue
+        nbytes = iv.num_layers * base.layer_grad_bytes
+        if all(c == 0 and s == 0 for _, s, c in members):
+            nbytes += base.pre_grad_bytes
+        if all(c * len(kinds[k][0].stages) + s == last_v[k] for k, s, c in members):
+            nbytes += base.post_grad_bytes
+        stages = [kinds[k][0].stages[s] for k, s, _ in members]
+        ar = dp_sync_ns(plan, nbytes, size, stages, one_node, same_node(members))
+        ready = [kinds[k][1].finish_ns[s] for k, s, _ in members]
+        dp_ns = max(dp_ns, ar)
+        straggler = max(straggler, max(ready) - min(ready))
+        end = max(end, max(ready) + ar)
+    return end, dp_ns, straggler
+
+
+def _same_node_test(plan: Plan, kind_index: list[int], n_kinds: int) -> Callable[[list], bool]:
+    """Whether every replica of a DP interval's member stages sits on one node: under 'stage' placement
+    from the plan's layout (each stage's replicas placed together); never under 'pipeline' placement."""
+    if plan.placement != "stage":
+        return lambda members: False
+    lay = layout(plan)
+    node_of = {r.rank: r.node for r in lay.ranks}
+    pipes_of: list[list[int]] = [[] for _ in range(n_kinds)]
+    for i, k in enumerate(kind_index):
+        pipes_of[k].append(i)
+
+    def same(members) -> bool:
+        return len({node_of[r] for k, s, _ in members for i in pipes_of[k] for r in lay.of(i, s)}) == 1
+
+    return same
+
+
+def estimate_plan(plan: Plan, templates: Templates, *, cache: MutableMapping[Any, dict] | None = None
+                  ) -> PlanEstimate:
+    """The closed-form estimate of ``plan``; ConfigError when a stage does not fit in memory."""
+    tset = as_template_set(templates, plan.model)
+    ests = _pipeline_estimates(plan, tset, cache)
+    kinds, mult, m_of, kind_index = _pipeline_kinds(plan, ests)
     end = max(e.pipeline_ns for e in ests)
     dp_ns = straggler = 0.0
     if plan.dp > 1:
-        used: dict[str, int] = {}
-        for (p, _), n in zip(kinds, mult):
-            for st in p.stages:
-                for g, k in st.parts:
-                    used[g] = used.get(g, 0) + n * k
-        one_node = {g.name for g in plan.groups if used.get(g.name, 0) <= g.devices_per_node}
-        lay = layout(plan) if plan.placement == "stage" else None  # where each stage's replicas sit
-        lay_info = {r.rank: r for r in lay.ranks} if lay is not None else {}
-        pipes_of: list[list[int]] = [[] for _ in kinds]
-        for i, (pipe, est) in enumerate(zip(plan.pipelines, ests)):
-            pipes_of[kind_of[(id(pipe), id(est))]].append(i)
-        last_v = [len(p.stages) * plan.chunks - 1 for p, _ in kinds]
-        for iv in dp_intervals(_segments(kinds, plan.chunks)):
-            members = iv.members
-            size = sum(mult[k] for k, _, _ in members)
-            if size < 2:
-                continue
-            nbytes = iv.num_layers * base.layer_grad_bytes
-            if all(c == 0 and s == 0 for _, s, c in members):
-                nbytes += base.pre_grad_bytes
-            if all(c * len(kinds[k][0].stages) + s == last_v[k] for k, s, c in members):
-                nbytes += base.post_grad_bytes
-            stages = [kinds[k][0].stages[s] for k, s, _ in members]
-            same = lay is not None and len({lay_info[r].node for k, s, _ in members for i in pipes_of[k]
-                                            for r in lay.of(i, s)}) == 1
-            ar = dp_sync_ns(plan, nbytes, size, stages, one_node, same)
-            ready = [kinds[k][1].finish_ns[s] for k, s, _ in members]
-            dp_ns = max(dp_ns, ar)
-            straggler = max(straggler, max(ready) - min(ready))
-            end = max(end, max(ready) + ar)
+        end, dp_ns, straggler = _dp_sync(plan, tset.base, kinds, mult, kind_index, end)
     bubble = max(1.0 - m * c / e.pipeline_ns for (_, e), m in zip(kinds, m_of) for c in e.compute_ns)
     devices = sum(n * st.tp for (p, _), n in zip(kinds, mult) for st in p.stages)
     peak = sum(n * plan.group(g).spec().peak_flops() * k for (p, _), n in zip(kinds, mult) for st in p.stages
