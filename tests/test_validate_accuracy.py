@@ -120,8 +120,11 @@ def test_hta_a100_nccl_2rank_all_steps_21_collectives():
     kinds = [c.collective for c in v.collectives]
     assert kinds.count("ALL_REDUCE") == 15 and kinds.count("BROADCAST") == 6
     assert [c.ordinal for c in v.collectives] == list(range(21))
-    # the mirror peer is never late, so every simulated all-reduce is shorter than the measured kernel
-    assert all(c.simulated_ns < c.measured_ns for c in v.collectives if c.collective == "ALL_REDUCE")
+    # the absent peer (a mirror) arrives as late as the measured kernel less the NCCL model's transfer, so a
+    # simulated all-reduce lasts the measured kernel where the model's transfer is shorter, and the model's
+    # transfer where it is longer: never less than measured
+    assert all(c.simulated_ns >= c.measured_ns for c in v.collectives if c.collective == "ALL_REDUCE")
+    assert sum("absent peers arrive at each collective as late as" in n for n in v.notes) == 3  # one per step
 
 
 def test_hta_a100_16rank_rank0():
