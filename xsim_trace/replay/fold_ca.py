@@ -220,10 +220,16 @@ class RouteMap:
             ends = (ln.src if a is None else int(self.rep_of[a]), ln.dst if b is None else int(self.rep_of[b]))
             if ends == (ln.src, ln.dst):
                 continue
-            twin = self.by_ends.get(ends)
-            if twin is None or self.bw[twin] != self.bw[lid] or self.lat[twin] != self.lat[lid]:
+            if self._twin(lid, ends) is None:
                 return "a folded rank's link differs from its representative's"
         return None
+
+    def _twin(self, lid: int, ends: tuple) -> int | None:
+        """The link between ``ends`` when it has link ``lid``'s bandwidth and latency, else None."""
+        twin = self.by_ends.get(ends)
+        if twin is None or self.bw[twin] != self.bw[lid] or self.lat[twin] != self.lat[lid]:
+            return None
+        return twin
 
     def _rank(self, v) -> int | None:
         return int(v) if isinstance(v, (int, np.integer)) and 0 <= int(v) < self.n else None
@@ -239,8 +245,8 @@ class RouteMap:
             if a is None and b is None:
                 return None  # a fabric link, shared with other ranks' flows
             if b == dst and rep != dst:
-                twin = self.by_ends.get((ln.src, rep))
-                if twin is None or self.bw[twin] != self.bw[lid] or self.lat[twin] != self.lat[lid]:
+                twin = self._twin(lid, (ln.src, rep))
+                if twin is None:
                     return None
                 lid = twin
             out.append(int(lid))
